@@ -1,0 +1,207 @@
+"""``ckptsync demo``: the main job end to end on one machine.
+
+Starts ``trainer run`` and ``infer serve`` as two OS processes on one fresh checkpoint
+directory, asks the server for the held-out digits every ``--interval-s`` seconds, and
+prints a live table of the trainer's step, the served version and the served accuracy.
+Exits 0 only if the served accuracy rose, every request after the first checkpoint was
+answered 200, and both processes ended cleanly.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+
+START_TIMEOUT_S = 90.0
+
+
+@dataclass
+class _TrainerWatch:
+    """Follows the trainer's JSON progress lines on its stdout."""
+
+    step: int = 0
+    summary: dict[str, Any] | None = None
+    lines: list[str] = field(default_factory=list)
+
+    def follow(self, stream: Any) -> None:
+        for line in stream:
+            self.lines.append(line)
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if rec.get("event") == "progress":
+                self.step = int(rec["step"])
+            elif rec.get("event") == "summary":
+                self.summary = rec
+                self.step = int(rec["global_step"])
+
+
+def _model_file() -> str:
+    return str(importlib.resources.files("ckptsync.examples") / "digits_mlp.py")
+
+
+def _wait_port(port_file: str, proc: subprocess.Popen[Any], timeout_s: float) -> int:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise click.ClickException(f"infer serve exited early with code {proc.returncode}")
+        try:
+            with open(port_file) as f:
+                text = f.read().strip()
+            if text:
+                return int(text)
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.05)
+    raise click.ClickException(f"infer serve did not start within {timeout_s:.0f} s")
+
+
+def _stop(proc: subprocess.Popen[Any] | None, timeout_s: float = 20.0) -> int | None:
+    if proc is None:
+        return None
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    return proc.returncode
+
+
+@click.command("demo")
+@click.option("--steps", default=1500, show_default=True, type=click.IntRange(min=1))
+@click.option("--save-every-steps", default=50, show_default=True, type=click.IntRange(min=1))
+@click.option("--max-steps-per-s", default=100.0, show_default=True,
+              type=click.FloatRange(min=0, min_open=True),
+              help="Trainer throttle, so the served version visibly follows it.")
+@click.option("--interval-s", default=0.5, show_default=True,
+              type=click.FloatRange(min=0.05), help="How often to query the server.")
+@click.option("--checkpoint-dir", default=None, type=click.Path(file_okay=False),
+              help="A fresh (empty or missing) directory; default: a temporary one.")
+@click.option("--keep", is_flag=True, help="Keep the checkpoint directory and logs.")
+@click.option("--timeout-s", default=600.0, show_default=True,
+              type=click.FloatRange(min=1), help="Give up after this long.")
+def demo(steps: int, save_every_steps: int, max_steps_per_s: float, interval_s: float,
+         checkpoint_dir: str | None, keep: bool, timeout_s: float) -> None:
+    """Train and serve the digits MLP side by side; show the served version improving."""
+    import httpx
+    import numpy as np
+
+    from ckptsync.data import load_digits
+
+    if checkpoint_dir is not None and os.path.isdir(checkpoint_dir) and os.listdir(checkpoint_dir):
+        raise click.UsageError(f"--checkpoint-dir {checkpoint_dir} is not empty; the demo needs a "
+                               "fresh directory.")
+    work = tempfile.mkdtemp(prefix="ckptsync-demo-")
+    ckpt_dir = checkpoint_dir or os.path.join(work, "ckpts")
+    os.makedirs(ckpt_dir, exist_ok=True)
+    port_file = os.path.join(work, "port")
+    model = _model_file()
+    test = load_digits().test
+    x, y = test["x"], test["y"]
+    body = {"instances": x.tolist()}
+    click.echo(f"checkpoints: {ckpt_dir}\nmodel: {model}\nheld-out digits: {len(y)}")
+
+    server: subprocess.Popen[Any] | None = None
+    trainer: subprocess.Popen[Any] | None = None
+    server_log = open(os.path.join(work, "server.log"), "w")
+    trainer_log = open(os.path.join(work, "trainer.log"), "w")
+    watch = _TrainerWatch()
+    failures: list[str] = []
+    accs: list[float] = []
+    ok = False
+    try:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "ckptsync.cli.infer", "serve", "--model", model,
+             "--checkpoint-dir", ckpt_dir, "--device", "cpu:1", "--port", "0",
+             "--port-file", port_file, "--model-name", "digits"],
+            stdout=server_log, stderr=subprocess.STDOUT)
+        trainer = subprocess.Popen(
+            [sys.executable, "-m", "ckptsync.cli.trainer", "run", "--model", model,
+             "--data", "digits", "--checkpoint-dir", ckpt_dir, "--device", "cpu:0",
+             "--steps", str(steps), "--save-every-steps", str(save_every_steps),
+             "--max-steps-per-s", str(max_steps_per_s), "--log-format", "json"],
+            stdout=subprocess.PIPE, stderr=trainer_log, text=True)
+        reader = threading.Thread(target=watch.follow, args=(trainer.stdout,), daemon=True)
+        reader.start()
+        port = _wait_port(port_file, server, START_TIMEOUT_S)
+        url = f"http://127.0.0.1:{port}/v1/models/digits:predict"
+        click.echo(f"server: http://127.0.0.1:{port}/v1/models/digits\n")
+        click.echo(f"{'time_s':>7}  {'trainer step':>12}  {'served version':>14}  "
+                   f"{'served accuracy':>15}")
+        t0 = time.monotonic()
+        final_step: int | None = None
+        last_version = None
+        with httpx.Client(timeout=30.0) as client:
+            while time.monotonic() - t0 < timeout_s:
+                tick = time.monotonic()
+                try:
+                    r = client.post(url, json=body)
+                except httpx.HTTPError as e:
+                    failures.append(f"request error: {e}")
+                    r = None
+                if r is not None and r.status_code == 200:
+                    out = r.json()
+                    preds = np.asarray([p["classes"] for p in out["predictions"]])
+                    acc = float(np.mean(preds == y))
+                    accs.append(acc)
+                    last_version = int(out["model_version"])
+                    click.echo(f"{tick - t0:7.1f}  {watch.step:12d}  {last_version:14d}  "
+                               f"{acc:15.4f}")
+                elif r is not None:
+                    if accs or r.status_code != 503:
+                        failures.append(f"HTTP {r.status_code}: {r.text[:200]}")
+                    click.echo(f"{tick - t0:7.1f}  {watch.step:12d}  {'-':>14}  "
+                               f"{'(no checkpoint yet)' if r.status_code == 503 else r.status_code:>15}")
+                if trainer.poll() is not None and final_step is None:
+                    reader.join(5)
+                    if trainer.returncode != 0:
+                        failures.append(f"trainer exited with code {trainer.returncode}")
+                        break
+                    final_step = watch.step
+                if final_step is not None and last_version == final_step:
+                    break
+                time.sleep(max(0.0, interval_s - (time.monotonic() - tick)))
+            else:
+                failures.append(f"timed out after {timeout_s:.0f} s")
+        rc = _stop(server)
+        server = None
+        if rc != 0:
+            failures.append(f"infer serve exited with code {rc}")
+        rose = len(accs) >= 2 and accs[-1] > accs[0]
+        click.echo("")
+        if accs:
+            click.echo(f"served accuracy: first {accs[0]:.4f} -> last {accs[-1]:.4f} "
+                       f"({len(accs)} answers, {len(failures)} failures)")
+        if watch.summary:
+            click.echo(f"trainer: {watch.summary.get('checkpoints_written')} checkpoints, "
+                       f"held-out accuracy {watch.summary.get('held_out_accuracy')}")
+        for f in failures:
+            click.echo(f"failure: {f}", err=True)
+        ok = rose and not failures
+        if not rose:
+            click.echo("failure: the served accuracy did not rise", err=True)
+    finally:
+        _stop(trainer)
+        _stop(server)
+        server_log.close()
+        trainer_log.close()
+        if keep or not ok:
+            click.echo(f"logs kept in {work}", err=not ok)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    sys.exit(0 if ok else 1)

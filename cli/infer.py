@@ -1,0 +1,215 @@
+"""``infer``: serve a model whose parameters follow a training run's checkpoints.
+
+    infer serve --model model.py --checkpoint-dir ckpts [--port 8501] [--port-file F]
+
+Exit codes: 0 after a clean shutdown (SIGTERM/SIGINT drain in-flight requests first),
+1 for runtime failures (model file fails to build, port in use), 2 for usage errors. An
+expected error prints one line on stderr, no traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+import tempfile
+from typing import Any, NoReturn
+
+import click
+
+__all__ = ["main"]
+
+logger = logging.getLogger("ckptsync.cli.infer")
+
+
+class _OneLineErrors(click.Group):
+    """A click group that reports any click error as one line on stderr."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["standalone_mode"] = False
+        try:
+            return super().main(*args, **kwargs)
+        except click.exceptions.Exit as e:
+            sys.exit(e.exit_code)
+        except click.Abort:
+            click.echo("infer: aborted", err=True)
+            sys.exit(1)
+        except click.ClickException as e:
+            ctx = getattr(e, "ctx", None)
+            where = f"{ctx.command_path}: " if ctx is not None else "infer: "
+            click.echo(f"{where}error: {e.format_message()}", err=True)
+            sys.exit(e.exit_code)
+
+
+@click.group(cls=_OneLineErrors)
+def main() -> None:
+    """Serve ckptsync models over TF Serving's REST API."""
+
+
+@main.command()
+@click.option("--model", "model_file", required=True, help="Model file defining build_net.")
+@click.option(
+    "--checkpoint-dir", required=True, help="Directory the trainer saves into (may not exist yet)."
+)
+@click.option("--device", default="cpu:0", show_default=True, help="Device for the graph.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=8501, show_default=True, help="0: any free."
+)
+@click.option("--port-file", default=None, help="Write the bound port here once listening.")
+@click.option("--model-name", default=None, help="Name in URLs [default: model file's stem].")
+@click.option("--poll", is_flag=True, help="Poll the directory (NFS, no inotify).")
+@click.option(
+    "--rescan-interval-s",
+    type=click.FloatRange(min=0.001),
+    default=1.0,
+    show_default=True,
+    help="Backstop rescan period, seconds.",
+)
+@click.option(
+    "--max-request-bytes",
+    type=click.IntRange(min=1),
+    default=64 * 2**20,
+    show_default=True,
+    help="Request body cap; larger bodies get 413.",
+)
+@click.option("--max-batch-size", type=click.IntRange(min=1), default=4096, show_default=True)
+@click.option("--allow-nonfinite", is_flag=True, help="Serve checkpoints holding NaN/Inf.")
+@click.option(
+    "--drain-timeout-s",
+    type=click.IntRange(min=0),
+    default=30,
+    show_default=True,
+    help="On SIGTERM, wait this long for in-flight requests.",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+    default="info",
+    show_default=True,
+)
+def serve(
+    model_file: str,
+    checkpoint_dir: str,
+    device: str,
+    host: str,
+    port: int,
+    port_file: str | None,
+    model_name: str | None,
+    poll: bool,
+    rescan_interval_s: float,
+    max_request_bytes: int,
+    max_batch_size: int,
+    allow_nonfinite: bool,
+    drain_timeout_s: int,
+    log_level: str,
+) -> None:
+    """Serve MODEL with parameters from the newest checkpoint in CHECKPOINT_DIR."""
+    if not os.path.isfile(model_file):
+        raise click.BadParameter(f"{model_file} is not a file", param_hint="'--model'")
+    if os.path.exists(checkpoint_dir) and not os.path.isdir(checkpoint_dir):
+        raise click.BadParameter(
+            f"{checkpoint_dir} exists and is not a directory", param_hint="'--checkpoint-dir'"
+        )
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    # Imported here so `infer --help` stays fast.
+    import uvicorn
+
+    from ckptsync.serving import GraphServable, ModelManager, create_app
+
+    try:
+        servable = GraphServable.from_model_file(model_file, device)
+    except Exception as e:
+        _fail(f"cannot build the model from {model_file}: {e}")
+    try:
+        sock = _bind(host, port)
+    except OSError as e:
+        _fail(f"cannot listen on {host}:{port}: {e.strerror or e}")
+    manager = ModelManager(
+        servable,
+        checkpoint_dir,
+        poll=poll,
+        rescan_interval_s=rescan_interval_s,
+        allow_nonfinite=allow_nonfinite,
+    )
+    name = model_name or os.path.splitext(os.path.basename(model_file))[0]
+    app = create_app(manager, name, max_request_bytes, max_batch_size, own_manager=True)
+    config = uvicorn.Config(
+        app,
+        log_level=log_level.lower(),
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=drain_timeout_s,
+    )
+    server = uvicorn.Server(config)
+    bound_port = sock.getsockname()[1]
+    # uvicorn re-raises a caught SIGTERM/SIGINT after draining; with these no-op handlers
+    # installed that ends in a normal exit 0 instead of death by signal.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: None)
+    try:
+        asyncio.run(_serve(server, sock, port_file, bound_port, host, name))
+    finally:
+        sock.close()
+    if not server.started:
+        _fail("the server failed to start (see the log above)")
+
+
+async def _serve(
+    server: Any, sock: socket.socket, port_file: str | None, port: int, host: str, name: str
+) -> None:
+    async def announce() -> None:
+        while not server.started and not server.should_exit:
+            await asyncio.sleep(0.005)
+        if server.started:
+            if port_file:
+                _write_atomically(port_file, f"{port}\n")
+            logger.info("serving model %r on http://%s:%d", name, host, port)
+
+    task = asyncio.create_task(announce())
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        task.cancel()
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+        sock.set_inheritable(True)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _write_atomically(path: str, text: str) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.tmp-", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _fail(message: str) -> NoReturn:
+    raise click.ClickException(message)  # exit 1, one line
+
+
+if __name__ == "__main__":
+    main(prog_name="infer")

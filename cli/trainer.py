@@ -1,0 +1,171 @@
+"""``trainer run``: train a model file on a data set, publishing checkpoints.
+
+Every option can also come from an environment variable ``CKPTSYNC_<OPTION>`` (e.g.
+``CKPTSYNC_STEPS=500``). Exit codes: 0 done (or stopped by SIGTERM after a final
+checkpoint), 1 runtime failure (NaN loss, I/O error), 2 usage error (bad flag, missing
+model file or data), 130 interrupted by Ctrl-C (after a final checkpoint).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+import click
+
+from ._common import EXIT_RUNTIME, EXIT_USAGE, fail, limit_blas_threads, setup_logging
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """The ckptsync trainer."""
+
+
+def _opt(*names: str, **kw: Any) -> Any:
+    env = "CKPTSYNC_" + names[0].lstrip("-").split("/")[0].replace("-", "_").upper()
+    return click.option(*names, envvar=env, show_envvar=True, **kw)
+
+
+@main.command("run")
+@_opt("--model", "model_path", required=True, type=click.Path(dir_okay=False),
+      help="Model file defining build_net(graph, device, mode).")
+@_opt("--data", default="digits", show_default=True,
+      help="'digits', 'mnist:DIR' or a FILE.npz with arrays named after the model's inputs.")
+@_opt("--checkpoint-dir", required=True, type=click.Path(file_okay=False),
+      help="Where checkpoints and the 'checkpoint' state file are written.")
+@_opt("--device", default="cpu:0", show_default=True, help="TF device name, e.g. cpu:0.")
+@_opt("--steps", default=2000, show_default=True, type=click.IntRange(min=1),
+      help="Train until this global step.")
+@_opt("--batch-size", default=64, show_default=True, type=click.IntRange(min=1))
+@_opt("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=None,
+      help="Passed to build_net(learning_rate=...).")
+@_opt("--save-every-steps", type=click.IntRange(min=1), default=None,
+      help="Checkpoint every N steps (default 100).")
+@_opt("--save-every-secs", type=click.FloatRange(min=0, min_open=True), default=None,
+      help="Checkpoint every N seconds instead.")
+@_opt("--max-to-keep", default=5, show_default=True, type=click.IntRange(min=0),
+      help="Newest checkpoints to keep; 0 keeps all.")
+@_opt("--seed", default=0, show_default=True, type=int, help="Graph seed and data order.")
+@_opt("--resume/--no-resume", default=True, show_default=True,
+      help="Continue from the latest checkpoint in --checkpoint-dir.")
+@_opt("--eval-every", default=0, show_default=True, type=click.IntRange(min=0),
+      help="Held-out accuracy every N steps (0: only at the end).")
+@_opt("--max-steps-per-s", type=click.FloatRange(min=0, min_open=True), default=None,
+      help="Throttle training (demos; sharing a machine).")
+@_opt("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@_opt("--intra-op-threads", default=1, show_default=True, type=click.IntRange(min=1),
+      help="BLAS threads for numpy.")
+def run(**kw: Any) -> None:
+    """Train --model on --data, writing checkpoints to --checkpoint-dir."""
+    from ckptsync.data import DataError
+    from ckptsync.errors import CkptsyncError, CkptsyncValueError
+    from ckptsync.model_spec import ModelFileError
+    from ckptsync.train.basic_hooks import NanLossDuringTrainingError
+    from ckptsync.train.trainer import TrainerOptions, run_training
+
+    log_format = kw.pop("log_format")
+    setup_logging("INFO" if log_format == "text" else "WARNING", log_format)
+    limit_blas_threads(kw.pop("intra_op_threads"))
+    try:
+        opts = TrainerOptions(**kw)
+    except CkptsyncValueError as e:
+        raise click.UsageError(str(e)) from None
+    try:
+        os.makedirs(opts.checkpoint_dir, exist_ok=True)
+    except OSError as e:
+        fail(f"cannot create --checkpoint-dir {opts.checkpoint_dir}: {e.strerror}", EXIT_RUNTIME)
+
+    stop = threading.Event()
+    received: list[int] = []
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        received.append(signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    report = _Reporter(opts.steps, log_format)
+    try:
+        summary = run_training(opts, on_progress=report, stop_event=stop)
+    except (ModelFileError, DataError) as e:
+        report.close()
+        fail(str(e), EXIT_USAGE)
+    except NanLossDuringTrainingError as e:
+        report.close()
+        fail(f"{e} Training stopped; no checkpoint was written for the diverged model.",
+             EXIT_RUNTIME)
+    except (CkptsyncError, OSError) as e:
+        report.close()
+        fail(str(e), EXIT_RUNTIME)
+    report.close()
+    result = {
+        "event": "summary", "global_step": summary.global_step, "steps_run": summary.steps_run,
+        "final_loss": summary.final_loss, "held_out_accuracy": summary.held_out_accuracy,
+        "checkpoints_written": summary.checkpoints_written,
+        "last_checkpoint": summary.last_checkpoint, "restored_from": summary.restored_from,
+    }
+    if log_format == "json":
+        click.echo(json.dumps(result))
+    else:
+        acc = "n/a" if summary.held_out_accuracy is None else f"{summary.held_out_accuracy:.4f}"
+        loss = "n/a" if summary.final_loss is None else f"{summary.final_loss:.4f}"
+        click.echo(f"done: global step {summary.global_step} ({summary.steps_run} steps this run), "
+                   f"final loss {loss}, held-out accuracy {acc}, "
+                   f"{summary.checkpoints_written} checkpoints written, last "
+                   f"{summary.last_checkpoint}")
+    if received and received[-1] == signal.SIGINT:
+        sys.exit(130)
+
+
+class _Reporter:
+    """A progress bar on a terminal; a line per second otherwise (JSON with --log-format json)."""
+
+    def __init__(self, total: int, fmt: str):
+        self._fmt = fmt
+        self._tty = sys.stderr.isatty() and fmt == "text"
+        self._bar: Any = None
+        self._total = total
+        self._last_line = 0.0
+        self._shown = 0
+
+    def __call__(self, p: Any) -> None:
+        if self._tty:
+            if self._bar is None:
+                self._bar = click.progressbar(length=self._total, file=sys.stderr,
+                                              label="training", show_pos=True,
+                                              item_show_func=lambda s: s)
+                self._bar.__enter__()
+                self._shown = p.step - 1
+            sps = f"{p.steps_per_s:.0f}" if p.steps_per_s else "-"
+            ck = os.path.basename(p.last_checkpoint) if p.last_checkpoint else "-"
+            self._bar.update(max(0, p.step - self._shown), f"loss {p.loss:.4f} {sps} steps/s {ck}")
+            self._shown = p.step
+            return
+        now = time.monotonic()
+        if now - self._last_line < 1.0 and p.step < p.last_step and p.eval_accuracy is None:
+            return
+        self._last_line = now
+        rec = {"event": "progress", "step": p.step, "loss": round(p.loss, 6),
+               "steps_per_s": None if p.steps_per_s is None else round(p.steps_per_s, 1),
+               "last_checkpoint": p.last_checkpoint, "eval_accuracy": p.eval_accuracy}
+        if self._fmt == "json":
+            click.echo(json.dumps(rec))
+        else:
+            sps = f"{p.steps_per_s:.0f}" if p.steps_per_s else "-"
+            extra = "" if p.eval_accuracy is None else f" held-out accuracy {p.eval_accuracy:.4f}"
+            click.echo(f"step {p.step}/{p.last_step} loss {p.loss:.4f} {sps} steps/s last "
+                       f"checkpoint {p.last_checkpoint or '-'}{extra}", err=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(None, None, None)
+            self._bar = None
+
+
+if __name__ == "__main__":
+    main()

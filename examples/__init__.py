@@ -1,0 +1,1 @@
+"""Example model files (``build_net(graph, device, mode) -> ModelSpec``)."""

@@ -1,0 +1,148 @@
+"""ckptsync: keep a serving copy of a model in sync with a model that is still training.
+
+The programming model is TensorFlow 1's graph mode (``import ckptsync as cs`` where you
+would ``import tensorflow.compat.v1 as tf``), on numpy, with HDF5 checkpoints.
+
+Example:
+    >>> import ckptsync as cs
+    >>> g = cs.Graph()
+    >>> with g.as_default():
+    ...     w = cs.get_variable("w", [2], initializer=cs.ones_initializer())
+    ...     y = cs.reduce_sum(w * 3.0)
+    ...     init = cs.global_variables_initializer()
+    >>> with cs.Session(graph=g) as sess:
+    ...     sess.run(init)
+    ...     float(sess.run(y))
+    6.0
+"""
+
+from . import dtypes, errors, nn  # noqa: F401
+from .device import DeviceSpec  # noqa: F401
+from .dtypes import (  # noqa: F401
+    DType,
+    as_dtype,
+    bool,
+    complex64,
+    complex128,
+    float16,
+    float32,
+    float64,
+    int8,
+    int16,
+    int32,
+    int64,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
+)
+from .gradients import gradients  # noqa: F401
+from .graph import (  # noqa: F401
+    Graph,
+    GraphKeys,
+    Operation,
+    Tensor,
+    control_dependencies,
+    device,
+    get_default_graph,
+    name_scope,
+    reset_default_graph,
+)
+from .initializers import (  # noqa: F401
+    constant_initializer,
+    glorot_normal_initializer,
+    glorot_uniform_initializer,
+    ones_initializer,
+    random_normal_initializer,
+    random_uniform_initializer,
+    truncated_normal_initializer,
+    zeros_initializer,
+)
+from .model_spec import ModeKeys, ModelSpec  # noqa: F401
+from .ops.array_ops import (  # noqa: F401
+    concat,
+    constant,
+    convert_to_tensor,
+    expand_dims,
+    fill,
+    identity,
+    ones,
+    ones_like,
+    placeholder,
+    reshape,
+    shape,
+    squeeze,
+    stop_gradient,
+    transpose,
+    zeros,
+    zeros_like,
+)
+from .ops.math_ops import (  # noqa: F401
+    abs,
+    add,
+    add_n,
+    argmax,
+    cast,
+    divide,
+    equal,
+    exp,
+    greater,
+    greater_equal,
+    less,
+    less_equal,
+    log,
+    matmul,
+    maximum,
+    minimum,
+    multiply,
+    negative,
+    not_equal,
+    pow,
+    reduce_max,
+    reduce_mean,
+    reduce_sum,
+    round,
+    sign,
+    sqrt,
+    square,
+    subtract,
+)
+from .ops.nn_ops import sigmoid, tanh  # noqa: F401
+from .ops.random_ops import (  # noqa: F401
+    random_normal,
+    random_uniform,
+    set_random_seed,
+    truncated_normal,
+)
+from .ops.state_ops import assign, assign_add, assign_sub, group, no_op  # noqa: F401
+from .session import InteractiveSession, Session, get_default_session  # noqa: F401
+from .tensor_shape import TensorShape  # noqa: F401
+from .variable_scope import (  # noqa: F401
+    AUTO_REUSE,
+    VariableScope,
+    get_local_variable,
+    get_variable,
+    get_variable_scope,
+    variable_scope,
+)
+from .variables import (  # noqa: F401
+    Variable,
+    global_variables,
+    global_variables_initializer,
+    local_variables,
+    local_variables_initializer,
+    model_variables,
+    report_uninitialized_variables,
+    trainable_variables,
+    variables_initializer,
+)
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str):  # lazy subpackages that sit above the runtime
+    import importlib
+
+    if name in ("train", "checkpoint", "serving", "distributed", "data"):
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'ckptsync' has no attribute {name!r}")

@@ -1,0 +1,73 @@
+"""The checkpoint format layer: named numpy arrays ⇄ one HDF5 file per checkpoint.
+
+Knows nothing of graphs: any code with a dict of arrays can write and read checkpoints.
+Imports only ``ckptsync.errors``, numpy, h5py, xxhash and the standard library.
+
+```
+ckpts/
+  checkpoint                          state file, TF1 text format, relative paths
+  model.ckpt-1200.h5                  one immutable HDF5 file per checkpoint
+  model.ckpt-1100.h5
+  .model.ckpt-1300.h5.tmp-<pid>-<n>   being written; never read; swept on start
+```
+
+Who calls what: ``train.Saver`` calls :func:`write_checkpoint`, then
+:func:`update_checkpoint_state`, then deletes what :class:`CheckpointRetention` returns
+(:func:`remove_checkpoint`). Serving calls :func:`latest_checkpoint` /
+:func:`get_checkpoint_state` and :func:`read_checkpoint` or :class:`CheckpointReader`.
+The layout is specified in docs/checkpoint-format.md.
+
+Example:
+    >>> import numpy as np
+    >>> from ckptsync import checkpoint as ckpt
+    >>> prefix = ckpt.write_checkpoint("ckpts/model.ckpt-5",
+    ...     {"dense0/w": np.ones((2, 3), np.float32)}, global_step=5)  # doctest: +SKIP
+    >>> ckpt.update_checkpoint_state("ckpts", prefix)  # doctest: +SKIP
+    >>> ckpt.read_checkpoint(ckpt.latest_checkpoint("ckpts"))["dense0/w"].shape  # doctest: +SKIP
+    (2, 3)
+"""
+
+from ._atomic import sweep_temp_files
+from .management import (
+    NewCheckpointReader,
+    checkpoint_exists,
+    checkpoints_iterator,
+    get_checkpoint_mtimes,
+    latest_checkpoint,
+    list_variables,
+    load_checkpoint,
+    load_variable,
+    remove_checkpoint,
+    wait_for_new_checkpoint,
+)
+from .reader import CheckpointReader, read_checkpoint
+from .retention import CheckpointRetention
+from .state import (
+    CheckpointState,
+    generate_checkpoint_state_proto,
+    get_checkpoint_state,
+    update_checkpoint_state,
+)
+from .writer import write_checkpoint
+
+__all__ = [
+    "write_checkpoint",
+    "read_checkpoint",
+    "CheckpointReader",
+    "NewCheckpointReader",
+    "CheckpointState",
+    "generate_checkpoint_state_proto",
+    "update_checkpoint_state",
+    "get_checkpoint_state",
+    "latest_checkpoint",
+    "checkpoint_exists",
+    "get_checkpoint_mtimes",
+    "remove_checkpoint",
+    "list_variables",
+    "load_variable",
+    "load_checkpoint",
+    "checkpoints_iterator",
+    "wait_for_new_checkpoint",
+    "sweep_temp_files",
+    "CheckpointRetention",
+]

@@ -1,0 +1,349 @@
+"""CheckpointReader and read_checkpoint: one HDF5 checkpoint file → numpy arrays.
+
+A reader trusts nothing in the file. Before h5py sees it the file must start with the
+HDF5 signature; the index (``/_ckptsync/index``) must match its own hash and schema; a
+dataset must match its index entry's shape and dtype, be stored contiguously and lie
+inside the file before it is read; and with ``verify`` its bytes must match the entry's
+xxh3_64. Every failure, including any exception raised by h5py, is a DataLossError that
+names the file (and the variable when known).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from collections.abc import Iterable
+from types import TracebackType
+from typing import Any
+
+import h5py
+import numpy as np
+
+from ..errors import (
+    CkptsyncError,
+    CkptsyncRuntimeError,
+    DataLossError,
+    NotFoundError,
+    OpError,
+)
+from . import _format
+from ._atomic import op_error_from_os_error
+
+__all__ = ["CheckpointReader", "read_checkpoint"]
+
+
+def _not_found(prefix: str, path: str) -> OpError:
+    return NotFoundError(
+        None,
+        None,
+        f"Unsuccessful TensorSliceReader constructor: Failed to find any matching files "
+        f"for {prefix}: checkpoint file not found: {path}",
+    )
+
+
+def _key_not_found(name: str, path: str) -> OpError:
+    return NotFoundError(None, None, f"Key {name} not found in checkpoint {path}")
+
+
+class CheckpointReader:
+    """Reads one checkpoint file, as TF1's ``tf.train.NewCheckpointReader``.
+
+    Opening reads the root attributes and the index only; listing shapes and dtypes of
+    10,000 variables needs no dataset access. Tensors are read on demand.
+
+    Args:
+        prefix: ``"ckpts/model.ckpt-1200"`` or ``"ckpts/model.ckpt-1200.h5"``.
+
+    Raises:
+        NotFoundError: the file does not exist ("Failed to find any matching files for
+            P ... not found: PATH").
+        PermissionDeniedError: the file cannot be opened for reading.
+        DataLossError: the file is not a complete, valid ckptsync checkpoint (truncated,
+            garbled, not HDF5, zero length, no or bad index, unsupported format version).
+
+    Thread-safety: one reader must not be shared across threads; open one per thread
+    (h5py serializes all HDF5 calls under one global lock anyway). Deleting or replacing
+    the file while it is open is safe on POSIX: the reader keeps the old inode.
+
+    Example:
+        >>> with CheckpointReader("ckpts/model.ckpt-1200") as r:  # doctest: +SKIP
+        ...     r.get_variable_to_shape_map()["dense0/w"]
+        [64, 10]
+    """
+
+    def __init__(self, prefix: str | os.PathLike[str]):
+        prefix = os.fspath(prefix)
+        self._path = _format.data_path(prefix)
+        self._file: h5py.File | None = None
+        size = self._check_signature(prefix)
+        self._size_bytes = size
+        try:
+            self._file = h5py.File(self._path, "r", locking=False)
+            self._load_header()
+        except CkptsyncError:
+            self.close()
+            raise
+        except Exception as e:
+            self.close()
+            raise self._loss(f"cannot be opened as HDF5 ({type(e).__name__}: {e})") from e
+
+    # -- opening -------------------------------------------------------------------
+    def _loss(self, what: str, name: str | None = None) -> OpError:
+        var = f" variable {name!r}:" if name is not None else ""
+        return DataLossError(None, None, f"Checkpoint file {self._path} is corrupt:{var} {what}")
+
+    def _check_signature(self, prefix: str) -> int:
+        try:
+            with open(self._path, "rb") as fh:
+                size = os.fstat(fh.fileno()).st_size
+                head = fh.read(9)
+        except (FileNotFoundError, NotADirectoryError) as e:
+            raise _not_found(prefix, self._path) from e
+        except IsADirectoryError as e:
+            raise self._loss("it is a directory, not a file") from e
+        except OSError as e:
+            if e.errno in (errno.ENOENT, errno.ENOTDIR):
+                raise _not_found(prefix, self._path) from e
+            raise op_error_from_os_error(e, self._path, "open checkpoint") from e
+        if size == 0:
+            raise self._loss("the file is empty (0 bytes)")
+        if head[:8] != _format.HDF5_SIGNATURE:
+            raise self._loss("not an HDF5 file (bad signature)")
+        if len(head) < 9 or head[8] not in (2, 3):
+            raise self._loss(f"unexpected HDF5 superblock version {head[8:9]!r}")
+        return size
+
+    def _load_header(self) -> None:
+        f = self._file
+        assert f is not None
+        attrs = f.attrs
+        if "ckptsync_format_version" not in attrs:
+            raise self._loss("no 'ckptsync_format_version' attribute; not a ckptsync file")
+        version = attrs["ckptsync_format_version"]
+        if not isinstance(version, np.integer) or int(version) != _format.FORMAT_VERSION:
+            raise self._loss(
+                f"format version {version} is not supported (expected "
+                f"{_format.FORMAT_VERSION}); upgrade ckptsync"
+            )
+        self._format_version = int(version)
+        step = attrs.get("global_step")
+        if step is not None and not isinstance(step, np.integer):
+            raise self._loss(f"global_step attribute is {step!r}, not an integer")
+        self._global_step = None if step is None else int(step)
+        created = attrs.get("created_unix_s")
+        if not isinstance(created, np.floating):
+            raise self._loss("created_unix_s attribute is missing or not a float")
+        self._created_unix_s = float(created)
+        self._writer = self._str_attr("writer")
+        try:
+            meta = json.loads(self._str_attr("metadata_json"))
+        except ValueError as e:
+            raise self._loss(f"metadata_json is not valid JSON ({e})") from e
+        if not isinstance(meta, dict):
+            raise self._loss("metadata_json is not a JSON object")
+        self._metadata: dict[str, Any] = meta
+        self._index = self._load_index()
+        self._paths = _format.hdf5_paths(list(self._index))
+
+    def _str_attr(self, name: str) -> str:
+        assert self._file is not None
+        value = self._file.attrs.get(name)
+        if isinstance(value, bytes):
+            value = value.decode("utf-8")
+        if not isinstance(value, str):
+            raise self._loss(f"{name} attribute is missing or not a string")
+        return value
+
+    def _load_index(self) -> dict[str, _format.IndexEntry]:
+        assert self._file is not None
+        ds = self._file.get(_format.INDEX_DATASET)
+        if not isinstance(ds, h5py.Dataset):
+            raise self._loss(f"no index dataset /{_format.INDEX_DATASET}")
+        if ds.dtype != np.uint8 or ds.ndim != 1:
+            raise self._loss(f"index has dtype {ds.dtype} shape {ds.shape}; expected uint8 [n]")
+        entry = _format.IndexEntry(
+            _format.INDEX_DATASET,
+            np.dtype(np.uint8),
+            ds.shape,
+            int(ds.shape[0]),
+            self._hash_attr(ds, _format.INDEX_DATASET),
+        )
+        raw = self._read_dataset(ds, entry, verify=True, name=_format.INDEX_DATASET)
+        try:
+            return _format.decode_index(raw.tobytes())
+        except ValueError as e:  # includes JSON and UTF-8 errors
+            raise self._loss(f"index is malformed ({e})") from e
+
+    def _hash_attr(self, ds: h5py.Dataset, name: str | None) -> str:
+        digest = ds.attrs.get(_format.HASH_ATTR)
+        if isinstance(digest, bytes):
+            digest = digest.decode("ascii", "replace")
+        if not isinstance(digest, str):
+            raise self._loss("dataset has no xxh3_64 attribute", name)
+        return digest
+
+    def _read_dataset(
+        self, ds: h5py.Dataset, entry: _format.IndexEntry, verify: bool, name: str
+    ) -> np.ndarray:
+        if ds.shape != entry.shape:
+            raise self._loss(f"dataset shape {list(ds.shape or ())} != index {list(entry.shape)}", name)
+        if ds.dtype.name != entry.dtype.name or ds.dtype.byteorder == ">":
+            raise self._loss(f"dataset dtype {ds.dtype.str} != index {entry.dtype.name}", name)
+        out = np.empty(entry.shape, dtype=entry.dtype)
+        if entry.nbytes:
+            plist = ds.id.get_create_plist()
+            if plist.get_layout() != h5py.h5d.CONTIGUOUS or plist.get_nfilters():
+                raise self._loss("dataset is not stored contiguously and unfiltered", name)
+            offset = ds.id.get_offset()
+            if offset is None or offset + entry.nbytes > self._size_bytes:
+                raise self._loss(
+                    f"data at offset {offset} + {entry.nbytes} bytes lies outside the "
+                    f"{self._size_bytes}-byte file (truncated?)",
+                    name,
+                )
+            ds.read_direct(out)
+        if verify:
+            if self._hash_attr(ds, name) != entry.xxh3_64:
+                raise self._loss("xxh3_64 attribute disagrees with the index", name)
+            actual = _format.hash_array(out)
+            if actual != entry.xxh3_64:
+                raise self._loss(
+                    f"checksum mismatch: xxh3_64 {actual} != expected {entry.xxh3_64} "
+                    f"({entry.nbytes} bytes of {entry.dtype.name} {list(entry.shape)})",
+                    name,
+                )
+        return out
+
+    # -- public API -------------------------------------------------------------------
+    def close(self) -> None:
+        """Closes the file. Idempotent; later calls to get_tensor raise."""
+        f, self._file = self._file, None
+        if f is not None:
+            try:
+                f.close()
+            except Exception:  # a damaged file may fail to close; nothing to keep
+                pass
+
+    def __enter__(self) -> CheckpointReader:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+    def get_variable_to_shape_map(self) -> dict[str, list[int]]:
+        """Returns key → shape (list of ints, ``[]`` for scalars), from the index."""
+        return {n: list(e.shape) for n, e in self._index.items()}
+
+    def get_variable_to_dtype_map(self) -> dict[str, np.dtype]:
+        """Returns key → numpy dtype (native byte order), from the index."""
+        return {n: e.dtype for n, e in self._index.items()}
+
+    def has_tensor(self, name: str) -> bool:
+        """True if the checkpoint lists ``name`` (no ``:0`` suffix)."""
+        return name in self._index
+
+    def get_tensor(self, name: str, verify: bool = True) -> np.ndarray:
+        """Reads one variable into a new array.
+
+        Args:
+            name: the key, e.g. ``"dense0/w"`` (TF's op name, no ``:0``).
+            verify: check the xxh3_64 of the bytes read against the index (shape and
+                dtype are always checked).
+
+        Returns:
+            A fresh, writable, C-contiguous array of the stored shape and dtype.
+
+        Raises:
+            NotFoundError: "Key NAME not found in checkpoint PATH".
+            DataLossError: the data does not match the index, or HDF5 failed.
+            CkptsyncRuntimeError: the reader is closed.
+        """
+        entry = self._index.get(name)
+        if entry is None:
+            raise _key_not_found(name, self._path)
+        if self._file is None:
+            raise CkptsyncRuntimeError(f"Checkpoint reader for {self._path} is closed.")
+        try:
+            ds = self._file.get(self._paths[name])
+            if not isinstance(ds, h5py.Dataset):
+                raise self._loss("listed in the index but no such dataset", name)
+            return self._read_dataset(ds, entry, verify, name)
+        except CkptsyncError:
+            raise
+        except Exception as e:
+            raise self._loss(f"HDF5 read failed ({type(e).__name__}: {e})", name) from e
+
+    @property
+    def path(self) -> str:
+        """The data file, ``<prefix>.h5``."""
+        return self._path
+
+    @property
+    def global_step(self) -> int | None:
+        """The global step stored by the writer, or None."""
+        return self._global_step
+
+    @property
+    def created_unix_s(self) -> float:
+        """When the writer created the file, seconds since the epoch."""
+        return self._created_unix_s
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The writer's metadata (a copy is not made; do not mutate)."""
+        return self._metadata
+
+    @property
+    def format_version(self) -> int:
+        """The ckptsync format version, 1."""
+        return self._format_version
+
+    @property
+    def writer(self) -> str:
+        """The writing library and version, e.g. ``"ckptsync 0.1.0"``."""
+        return self._writer
+
+    @property
+    def nbytes(self) -> int:
+        """Total bytes of all variables' data (not the file size)."""
+        return sum(e.nbytes for e in self._index.values())
+
+
+def read_checkpoint(
+    prefix: str | os.PathLike[str], names: Iterable[str] | None = None, verify: bool = True
+) -> dict[str, np.ndarray]:
+    """Reads all (or the named) variables of one checkpoint.
+
+    Args:
+        prefix: ``"ckpts/model.ckpt-1200"`` with or without ``.h5``.
+        names: keys to read; None reads every variable.
+        verify: check each variable's xxh3_64 (shape and dtype are always checked).
+
+    Returns:
+        key → fresh array, in the order of ``names`` (sorted keys when None).
+
+    Raises:
+        NotFoundError: no such file, or a name not in the file ("Key NAME not found in
+            checkpoint").
+        DataLossError: a damaged file or variable (named in the message).
+
+    Thread-safety: safe to call from several threads (each call opens its own reader).
+
+    Example:
+        >>> arrays = read_checkpoint("ckpts/model.ckpt-1200")  # doctest: +SKIP
+    """
+    with CheckpointReader(prefix) as reader:
+        wanted = sorted(reader._index) if names is None else list(names)
+        for name in wanted:
+            if not reader.has_tensor(name):
+                raise _key_not_found(name, reader.path)
+        return {name: reader.get_tensor(name, verify=verify) for name in wanted}

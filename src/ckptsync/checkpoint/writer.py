@@ -1,0 +1,159 @@
+"""write_checkpoint: a dict of named numpy arrays → one immutable HDF5 file.
+
+The layout is pinned in docs/checkpoint-format.md and by tests/checkpoint/test_layout.py.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import h5py
+import numpy as np
+
+from ..errors import CkptsyncTypeError, CkptsyncValueError
+from . import _format
+from ._atomic import publish
+
+__all__ = ["write_checkpoint"]
+
+
+def _writer_name() -> str:
+    try:
+        return f"ckptsync {importlib.metadata.version('ckptsync')}"
+    except importlib.metadata.PackageNotFoundError:
+        return "ckptsync unknown"
+
+
+WRITER = _writer_name()
+MAX_METADATA_BYTES = 60 * 1024
+
+
+def _check_global_step(global_step: Any) -> int | None:
+    if global_step is None:
+        return None
+    if isinstance(global_step, (bool, np.bool_)) or not isinstance(
+        global_step, (int, np.integer)
+    ):
+        raise CkptsyncTypeError(
+            f"global_step must be an int or None; got {type(global_step).__name__} "
+            f"{global_step!r}."
+        )
+    if not -(2**63) <= int(global_step) < 2**63:
+        raise CkptsyncValueError(f"global_step {global_step} does not fit in int64.")
+    return int(global_step)
+
+
+def _metadata_json(metadata: Mapping[str, Any] | None) -> str:
+    if metadata is None:
+        return "{}"
+    if not isinstance(metadata, Mapping) or not all(isinstance(k, str) for k in metadata):
+        raise CkptsyncTypeError(
+            f"metadata must be a mapping with str keys; got {type(metadata).__name__}."
+        )
+    try:
+        text = json.dumps(dict(metadata), sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise CkptsyncTypeError(f"metadata is not JSON-serializable: {e}") from e
+    if len(text.encode("utf-8")) > MAX_METADATA_BYTES:
+        raise CkptsyncValueError(
+            f"metadata is {len(text.encode('utf-8'))} bytes as JSON; at most "
+            f"{MAX_METADATA_BYTES} fit in an HDF5 attribute. Store large data as arrays."
+        )
+    return text
+
+
+def _set_str_attr(obj: h5py.HLObject, name: str, value: str) -> None:
+    # Fixed-length UTF-8, stored in the (checksummed) object header. Variable-length
+    # strings would live in the global heap, which has no checksum: a flipped byte there
+    # can make HDF5 spin forever.
+    data = value.encode("utf-8")
+    obj.attrs.create(name, np.bytes_(data), dtype=h5py.string_dtype("utf-8", len(data)))
+
+
+def _prepare(arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    if not isinstance(arrays, Mapping):
+        raise CkptsyncTypeError(
+            f"arrays must be a mapping from key to array; got {type(arrays).__name__}."
+        )
+    out = {_format.validate_key(k): _format.normalize_array(k, v) for k, v in arrays.items()}
+    return out
+
+
+def write_checkpoint(
+    prefix: str | os.PathLike[str],
+    arrays: Mapping[str, np.ndarray],
+    global_step: int | None = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> str:
+    """Writes ``<prefix>.h5`` durably and atomically, as TF1's Saver writes its data files.
+
+    Every key becomes a dataset at its path (``dense0/w`` → group ``dense0``, dataset
+    ``w``), contiguous, C order, exact dtype (stored little-endian). A key that is also
+    another key's scope (``dense0/w`` beside the slot ``dense0/w/Adam``) is stored as
+    dataset ``dense0/w/:value``. The file is written
+    to ``.<basename>.h5.tmp-<pid>-<n>`` in the same directory, flushed, closed, fsynced,
+    renamed onto ``<prefix>.h5`` and the directory fsynced. An existing file of that name
+    is replaced by a new inode, never rewritten, so open readers keep their old data.
+
+    Args:
+        prefix: the checkpoint's identity, e.g. ``"ckpts/model.ckpt-1200"``. A trailing
+            ``.h5`` is accepted and not doubled. The directory must exist.
+        arrays: key → value. Keys are TF op names (``[A-Za-z0-9.][A-Za-z0-9_.\\-/]*``,
+            no empty/``.``/``..`` components); values are arrays of any shape (0-d and
+            zero-size included) of bool, int8..int64, uint8..uint64, float16/32/64 or
+            complex64/128. Non-contiguous values are written as C-order copies.
+        global_step: stored as the int64 root attribute ``global_step``; omitted if None.
+        metadata: JSON-serializable mapping with str keys, stored as ``metadata_json``.
+
+    Returns:
+        ``prefix`` as a str (without ``.h5``), as TF's ``Saver.save`` returns the prefix.
+
+    Raises:
+        CkptsyncTypeError: a key that is not a str, a value with an unsupported dtype
+            (naming key and dtype), a non-int global_step, non-JSON metadata.
+        CkptsyncValueError: an invalid key, oversized metadata or global_step.
+        ResourceExhaustedError: disk full, quota, file too large.
+        PermissionDeniedError: read-only file system or directory, no permission.
+        DataLossError, UnknownError: another I/O failure (e.g. a failed fsync).
+        On any failure the temp file is removed and existing files are left untouched.
+
+    Thread-safety: safe to call concurrently for different prefixes.
+
+    Example:
+        >>> import numpy as np, ckptsync as cs
+        >>> cs.checkpoint.write_checkpoint(
+        ...     str(tmp / "model.ckpt-5"), {"dense0/w": np.ones((2, 3), np.float32)},
+        ...     global_step=5)  # doctest: +SKIP
+        '.../model.ckpt-5'
+    """
+    path = _format.data_path(os.fspath(prefix))
+    prefix_str = path[: -len(_format.DATA_SUFFIX)]
+    step = _check_global_step(global_step)
+    meta = _metadata_json(metadata)
+    prepared = _prepare(arrays)
+    entries = [_format.entry_for(k, prepared[k]) for k in sorted(prepared)]
+    index = _format.encode_index(entries)
+    paths = _format.hdf5_paths(list(prepared))
+
+    def write(tmp: str) -> None:
+        with h5py.File(tmp, "w-", libver=_format.LIBVER, locking=False) as f:
+            f.attrs["ckptsync_format_version"] = np.int64(_format.FORMAT_VERSION)
+            if step is not None:
+                f.attrs["global_step"] = np.int64(step)
+            f.attrs["created_unix_s"] = np.float64(time.time())
+            _set_str_attr(f, "writer", WRITER)
+            _set_str_attr(f, "metadata_json", meta)
+            for entry in entries:
+                ds = f.create_dataset(paths[entry.name], data=prepared[entry.name])
+                _set_str_attr(ds, _format.HASH_ATTR, entry.xxh3_64)
+            ids = f.create_dataset(_format.INDEX_DATASET, data=index)
+            _set_str_attr(ids, _format.HASH_ATTR, _format.hash_array(index))
+            f.flush()
+
+    publish(path, write, "write checkpoint")
+    return prefix_str

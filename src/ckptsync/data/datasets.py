@@ -1,0 +1,199 @@
+"""Data sets for ``trainer run --data``: ``digits``, ``mnist:DIR``, ``FILE.npz``.
+
+Every loader returns a :class:`Dataset`: a train and a held-out split of named arrays.
+Features are float32 scaled to [0, 1]; labels are int64.
+
+- ``digits``: scikit-learn's bundled 8x8 digits (1,797 images): features ``[n, 64]``
+  (pixel / 16), labels ``[n]``; a fixed held-out split of 20 % (seeded permutation 0).
+- ``mnist:DIR``: the four standard IDX files (``train-images-idx3-ubyte`` etc., raw or
+  ``.gz``) from DIR: features ``[n, 784]`` (pixel / 255); the official test set is held out.
+- ``FILE.npz``: arrays named after the model's input and label keys; optional arrays
+  ``<name>_test`` give the held-out split, else the last 20 % is held out.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import CkptsyncValueError
+
+__all__ = ["Dataset", "DataError", "load_digits", "load_mnist", "load_npz", "load_dataset"]
+
+HELD_OUT_FRACTION = 0.2
+
+
+class DataError(CkptsyncValueError):
+    """Bad training data: a missing file or array, a corrupt header, shapes or labels that
+    do not fit the model."""
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Named arrays, split into train and held-out (test) parts.
+
+    Attributes:
+        name: e.g. ``"digits"``.
+        train, test: name -> array, all with the same first dimension within a split.
+        feature_names, label_names: which arrays are features and labels.
+    """
+
+    name: str
+    train: Mapping[str, np.ndarray]
+    test: Mapping[str, np.ndarray]
+    feature_names: tuple[str, ...]
+    label_names: tuple[str, ...]
+
+    @property
+    def num_train(self) -> int:
+        return len(next(iter(self.train.values())))
+
+    @property
+    def num_test(self) -> int:
+        return len(next(iter(self.test.values())))
+
+
+def _split(features: np.ndarray, labels: np.ndarray, name: str) -> Dataset:
+    n = len(features)
+    perm = np.random.default_rng(0).permutation(n)
+    n_test = int(round(n * HELD_OUT_FRACTION))
+    tr, te = perm[n_test:], perm[:n_test]
+    return Dataset(name, {"x": features[tr], "y": labels[tr]}, {"x": features[te], "y": labels[te]},
+                   ("x",), ("y",))
+
+
+def load_digits() -> Dataset:
+    """scikit-learn's bundled digits: ``x`` float32 ``[n, 64]`` in [0, 1], ``y`` int64 ``[n]``.
+
+    Raises:
+        DataError: scikit-learn is not installed (``pip install 'ckptsync[examples]'``).
+    """
+    try:
+        from sklearn.datasets import load_digits as _sk_digits
+    except ImportError:
+        raise DataError("--data digits needs scikit-learn: pip install 'ckptsync[examples]'"
+                        ) from None
+    d = _sk_digits()
+    x = (d.data / 16.0).astype(np.float32)
+    y = d.target.astype(np.int64)
+    return _split(x, y, "digits")
+
+
+def _open(path: str) -> bytes:
+    opener = gzip.open if path.endswith(".gz") else open
+    try:
+        with opener(path, "rb") as f:
+            return f.read()
+    except (OSError, EOFError) as e:
+        raise DataError(f"Cannot read IDX file {path}: {e}") from None
+
+
+def _read_idx(path: str, want_dims: int) -> np.ndarray:
+    raw = _open(path)
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0:
+        raise DataError(f"{path} is not an IDX file: bad magic number {raw[:4].hex()}.")
+    if raw[2] != 0x08:
+        raise DataError(f"{path}: unsupported IDX element type 0x{raw[2]:02x} (expected 0x08, "
+                        "unsigned byte).")
+    ndim = raw[3]
+    if ndim != want_dims:
+        raise DataError(f"{path}: has {ndim} dimensions, expected {want_dims}.")
+    header = 4 + 4 * ndim
+    if len(raw) < header:
+        raise DataError(f"{path}: truncated IDX header.")
+    dims = struct.unpack(">" + "I" * ndim, raw[4:header])
+    count = int(np.prod(dims))
+    if len(raw) - header != count:
+        raise DataError(f"{path}: header says {count} bytes of data for shape {list(dims)}, file "
+                        f"has {len(raw) - header}.")
+    return np.frombuffer(raw, np.uint8, offset=header).reshape(dims)
+
+
+def _find(directory: str, stem: str) -> str:
+    for cand in (stem, stem + ".gz", stem.replace("-idx", ".idx"), stem.replace("-idx", ".idx") + ".gz"):
+        p = os.path.join(directory, cand)
+        if os.path.isfile(p):
+            return p
+    raise DataError(f"MNIST file {stem}[.gz] not found in {directory}.")
+
+
+def load_mnist(directory: str) -> Dataset:
+    """MNIST from the four IDX files in ``directory``: ``x`` float32 ``[n, 784]``, ``y`` int64.
+
+    Raises:
+        DataError: a file is missing, its header is corrupt, or counts disagree.
+    """
+    if not os.path.isdir(directory):
+        raise DataError(f"MNIST directory not found: {directory}")
+    parts = {}
+    for split, prefix in (("train", "train"), ("test", "t10k")):
+        imgs = _read_idx(_find(directory, f"{prefix}-images-idx3-ubyte"), 3)
+        lbls = _read_idx(_find(directory, f"{prefix}-labels-idx1-ubyte"), 1)
+        if len(imgs) != len(lbls):
+            raise DataError(f"MNIST {split}: {len(imgs)} images but {len(lbls)} labels.")
+        parts[split] = {"x": (imgs.reshape(len(imgs), -1) / 255.0).astype(np.float32),
+                        "y": lbls.astype(np.int64)}
+    return Dataset("mnist", parts["train"], parts["test"], ("x",), ("y",))
+
+
+def load_npz(path: str, feature_names: tuple[str, ...], label_names: tuple[str, ...]) -> Dataset:
+    """Arrays named after the model's inputs and labels from an ``.npz`` file.
+
+    Raises:
+        DataError: the file is missing or not an npz, or an array is missing or the arrays
+            disagree in length.
+    """
+    if not os.path.isfile(path):
+        raise DataError(f"Data file not found: {path}")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except (OSError, ValueError) as e:
+        raise DataError(f"{path} is not a readable .npz file: {e}") from None
+    names = tuple(feature_names) + tuple(label_names)
+    missing = [n for n in names if n not in arrays]
+    if missing:
+        raise DataError(f"{path} lacks arrays {missing}; it has {sorted(arrays)}. Name the arrays "
+                        f"after the model's inputs and labels: {list(names)}.")
+    n = len(arrays[names[0]])
+    for k in names:
+        if len(arrays[k]) != n:
+            raise DataError(f"{path}: array {k!r} has {len(arrays[k])} rows, {names[0]!r} has {n}.")
+    if all(f"{k}_test" in arrays for k in names):
+        train = {k: arrays[k] for k in names}
+        test = {k: arrays[f"{k}_test"] for k in names}
+    else:
+        n_test = int(round(n * HELD_OUT_FRACTION))
+        train = {k: arrays[k][: n - n_test] for k in names}
+        test = {k: arrays[k][n - n_test:] for k in names}
+    return Dataset(os.path.basename(path), train, test, tuple(feature_names), tuple(label_names))
+
+
+def load_dataset(spec: str, feature_names: tuple[str, ...], label_names: tuple[str, ...]
+                 ) -> Dataset:
+    """Loads ``digits``, ``mnist:DIR`` or ``FILE.npz`` and renames a built-in set's single
+    feature/label array to the model's names.
+
+    Raises:
+        DataError: an unknown spec, or any loader error.
+    """
+    if spec == "digits":
+        ds = load_digits()
+    elif spec.startswith("mnist:"):
+        ds = load_mnist(spec[len("mnist:"):])
+    elif spec.endswith(".npz"):
+        return load_npz(spec, feature_names, label_names)
+    else:
+        raise DataError(f"Unknown --data {spec!r}: expected 'digits', 'mnist:DIR' or a FILE.npz.")
+    if len(feature_names) != 1 or len(label_names) != 1:
+        raise DataError(
+            f"--data {spec} provides one feature and one label array, but the model has inputs "
+            f"{list(feature_names)} and labels {list(label_names)}; use an .npz file instead.")
+    fx, fy = feature_names[0], label_names[0]
+    return Dataset(ds.name, {fx: ds.train["x"], fy: ds.train["y"]},
+                   {fx: ds.test["x"], fy: ds.test["y"]}, (fx,), (fy,))

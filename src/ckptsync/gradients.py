@@ -1,0 +1,116 @@
+"""Symbolic reverse-mode differentiation, as ``tf.gradients``.
+
+Walks the ops between ``xs`` and ``ys`` in reverse creation order (a topological order:
+an op's inputs always exist before it), sums the gradients arriving at each tensor with
+``add_n``, and calls each op's registered gradient function. The per-op rules live beside
+the kernels in :mod:`ckptsync.ops`; this module only walks the graph.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import CkptsyncTypeError, CkptsyncValueError
+from .graph import Operation, Tensor
+from .ops._registry import get_op_def
+from .ops.array_ops import convert_to_tensor, ones_like
+from .ops.math_ops import add_n
+
+__all__ = ["gradients"]
+
+
+def _as_tensor(x: Any) -> Tensor:
+    if hasattr(x, "_as_graph_element") and not isinstance(x, Tensor):
+        x = x._as_graph_element()
+    if not isinstance(x, Tensor):
+        raise CkptsyncTypeError(f"gradients: expected a Tensor or Variable, got {x!r}.")
+    return x
+
+
+def _as_list(v: Any) -> list[Any]:
+    return list(v) if isinstance(v, (list, tuple)) else [v]
+
+
+def gradients(ys: Any, xs: Any, grad_ys: Any = None, name: str = "gradients",
+              stop_gradients: Any = None, colocate_gradients_with_ops: bool = False,
+              gate_gradients: bool = False, aggregation_method: Any = None) -> list[Any]:
+    """Symbolic ``sum(d ys / d x)`` for each ``x`` in ``xs``, as ``tf.gradients``.
+
+    Args:
+        ys: a tensor or list of tensors to differentiate.
+        xs: a tensor/variable or list of them.
+        grad_ys: initial gradients, one per ``y`` (default ones of ``y``'s shape).
+        stop_gradients: tensors treated as constants.
+
+    Returns:
+        One tensor per ``x``, or ``None`` where ``x`` does not affect ``ys``. Gradients
+        reaching a tensor along several paths are summed.
+
+    Raises:
+        LookupError: an op on the path has no registered gradient.
+        ValueError: ``grad_ys`` has a different length than ``ys``.
+    """
+    y_list = [_as_tensor(y) for y in _as_list(ys)]
+    x_list = [_as_tensor(x) for x in _as_list(xs)]
+    stops = {id(_as_tensor(s)) for s in _as_list(stop_gradients)} if stop_gradients else set()
+    gy_list = _as_list(grad_ys) if grad_ys is not None else [None] * len(y_list)
+    if len(gy_list) != len(y_list):
+        raise CkptsyncValueError(
+            f"gradients: passed {len(gy_list)} grad_ys for {len(y_list)} ys.")
+    if not y_list:
+        return [None] * len(x_list)
+    graph = y_list[0].graph
+
+    # Ops that lie on a path from some x to some y.
+    x_ops = {id(x) for x in x_list}
+    reach_back: dict[int, Operation] = {}
+    stack = [y.op for y in y_list]
+    while stack:
+        op = stack.pop()
+        if id(op) in reach_back:
+            continue
+        reach_back[id(op)] = op
+        for t in op.inputs:
+            if id(t) not in stops:
+                stack.append(t.op)
+    between: list[Operation] = []
+    forward_ok: set[int] = set(x_ops)  # tensor ids influenced by xs
+    for op in sorted(reach_back.values(), key=lambda o: o._id):
+        if any(id(t) in forward_ok and id(t) not in stops for t in op.inputs):
+            between.append(op)
+            forward_ok.update(id(t) for t in op.outputs)
+
+    pending: dict[int, list[Tensor]] = {}
+    with graph.name_scope(name):
+        for y, gy in zip(y_list, gy_list):
+            g = ones_like(y, name=None) if gy is None else convert_to_tensor(gy, dtype=y.dtype)
+            pending.setdefault(id(y), []).append(g)
+        for op in reversed(between):
+            out_grads = [_aggregate(pending.get(id(t))) for t in op.outputs]
+            if all(g is None for g in out_grads):
+                continue
+            op_def = get_op_def(op.type)
+            if op_def.gradient is None:
+                if op_def.not_differentiable:
+                    continue
+                raise LookupError(
+                    f"No gradient defined for operation '{op.name}' (op type: {op.type}).")
+            with graph.name_scope(op.name + "_grad"):
+                in_grads = op_def.gradient(op, *out_grads)
+            if len(in_grads) != len(op.inputs):
+                raise CkptsyncValueError(
+                    f"Gradient function for {op.type} returned {len(in_grads)} gradients for "
+                    f"{len(op.inputs)} inputs.")
+            for t, g in zip(op.inputs, in_grads):
+                if g is None or id(t) in stops or not (t.dtype.is_floating or t.dtype.is_complex):
+                    continue
+                pending.setdefault(id(t), []).append(g)
+        return [_aggregate(pending.get(id(x))) for x in x_list]
+
+
+def _aggregate(grads: list[Tensor] | None) -> Tensor | None:
+    if not grads:
+        return None
+    if len(grads) == 1:
+        return grads[0]
+    return add_n(grads)

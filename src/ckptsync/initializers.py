@@ -1,0 +1,165 @@
+"""Variable initializers, as TF1's ``tf.*_initializer`` classes.
+
+An initializer is called as ``init(shape, dtype=None, partition_info=None)`` and returns
+a graph tensor holding the initial value. ``glorot_uniform_initializer`` is the default
+for floating-point variables; its fans follow TF1 (rank 0: 1/1, rank 1: n/n, rank 2:
+``shape[0]``/``shape[1]``, rank >= 3: receptive field times the last two dims).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from . import dtypes as _dtypes
+from .errors import CkptsyncValueError
+from .graph import Tensor
+from .ops import random_ops
+from .ops.array_ops import constant
+
+__all__ = [
+    "Initializer", "Zeros", "Ones", "Constant", "RandomUniform", "RandomNormal",
+    "TruncatedNormal", "GlorotUniform", "GlorotNormal", "zeros_initializer", "ones_initializer",
+    "constant_initializer", "random_uniform_initializer", "random_normal_initializer",
+    "truncated_normal_initializer", "glorot_uniform_initializer", "glorot_normal_initializer",
+    "compute_fans",
+]
+
+
+def compute_fans(shape: Any) -> tuple[float, float]:
+    """``(fan_in, fan_out)`` for a weight of ``shape``, as TF1's ``_compute_fans``."""
+    shape = list(shape)
+    if len(shape) < 1:
+        return 1.0, 1.0
+    if len(shape) == 1:
+        return float(shape[0]), float(shape[0])
+    if len(shape) == 2:
+        return float(shape[0]), float(shape[1])
+    receptive = float(np.prod(shape[:-2]))
+    return shape[-2] * receptive, shape[-1] * receptive
+
+
+class Initializer:
+    """Base class: ``__call__(shape, dtype=None, partition_info=None) -> Tensor``."""
+
+    dtype: _dtypes.DType | None = None
+
+    def __call__(self, shape: Any, dtype: Any = None, partition_info: Any = None) -> Tensor:
+        raise NotImplementedError
+
+    def _dt(self, dtype: Any) -> _dtypes.DType:
+        if dtype is not None:
+            return _dtypes.as_dtype(dtype)
+        return self.dtype or _dtypes.float32
+
+    def get_config(self) -> dict[str, Any]:
+        return {}
+
+
+class Zeros(Initializer):
+    """All zeros (also ``False`` for bool)."""
+
+    def __init__(self, dtype: Any = None):
+        self.dtype = _dtypes.as_dtype(dtype) if dtype is not None else None
+
+    def __call__(self, shape: Any, dtype: Any = None, partition_info: Any = None) -> Tensor:
+        return constant(np.zeros(list(shape), self._dt(dtype).np), name="zeros")
+
+
+class Ones(Initializer):
+    """All ones."""
+
+    def __init__(self, dtype: Any = None):
+        self.dtype = _dtypes.as_dtype(dtype) if dtype is not None else None
+
+    def __call__(self, shape: Any, dtype: Any = None, partition_info: Any = None) -> Tensor:
+        return constant(np.ones(list(shape), self._dt(dtype).np), name="ones")
+
+
+class Constant(Initializer):
+    """A scalar (broadcast) or a value with exactly ``prod(shape)`` elements."""
+
+    def __init__(self, value: Any = 0, dtype: Any = None, verify_shape: bool = False):
+        self.value = np.asarray(value)
+        self.dtype = _dtypes.as_dtype(dtype) if dtype is not None else None
+        self.verify_shape = verify_shape
+
+    def __call__(self, shape: Any, dtype: Any = None, partition_info: Any = None) -> Tensor:
+        dt = self._dt(dtype)
+        shp = list(shape)
+        n = int(np.prod(shp)) if shp else 1
+        if self.value.size == 1:
+            arr = np.full(shp, self.value.reshape(()), dt.np)
+        elif self.value.size == n and not self.verify_shape or list(self.value.shape) == shp:
+            arr = self.value.astype(dt.np).reshape(shp)
+        else:
+            raise CkptsyncValueError(
+                f"constant_initializer: {self.value.size} values cannot fill shape {shp}.")
+        return constant(arr, name="Const")
+
+
+class RandomUniform(Initializer):
+    def __init__(self, minval: float = 0.0, maxval: float | None = None, seed: int | None = None,
+                 dtype: Any = None):
+        self.minval, self.maxval = minval, (1.0 if maxval is None else maxval)
+        self.seed = seed
+        self.dtype = _dtypes.as_dtype(dtype) if dtype is not None else None
+
+    def __call__(self, shape: Any, dtype: Any = None, partition_info: Any = None) -> Tensor:
+        return random_ops.random_uniform(shape, self.minval, self.maxval, self._dt(dtype),
+                                         seed=self.seed)
+
+
+class RandomNormal(Initializer):
+    def __init__(self, mean: float = 0.0, stddev: float = 1.0, seed: int | None = None,
+                 dtype: Any = None):
+        self.mean, self.stddev, self.seed = mean, stddev, seed
+        self.dtype = _dtypes.as_dtype(dtype) if dtype is not None else None
+
+    def __call__(self, shape: Any, dtype: Any = None, partition_info: Any = None) -> Tensor:
+        return random_ops.random_normal(shape, self.mean, self.stddev, self._dt(dtype),
+                                        seed=self.seed)
+
+
+class TruncatedNormal(RandomNormal):
+    def __call__(self, shape: Any, dtype: Any = None, partition_info: Any = None) -> Tensor:
+        return random_ops.truncated_normal(shape, self.mean, self.stddev, self._dt(dtype),
+                                           seed=self.seed)
+
+
+class GlorotUniform(Initializer):
+    """U(-limit, limit), ``limit = sqrt(6 / (fan_in + fan_out))``."""
+
+    def __init__(self, seed: int | None = None, dtype: Any = None):
+        self.seed = seed
+        self.dtype = _dtypes.as_dtype(dtype) if dtype is not None else None
+
+    def __call__(self, shape: Any, dtype: Any = None, partition_info: Any = None) -> Tensor:
+        fan_in, fan_out = compute_fans(shape)
+        limit = math.sqrt(6.0 / max(1.0, fan_in + fan_out))
+        return random_ops.random_uniform(shape, -limit, limit, self._dt(dtype), seed=self.seed)
+
+
+class GlorotNormal(Initializer):
+    """Truncated normal with ``stddev = sqrt(2 / (fan_in + fan_out)) / 0.8796``."""
+
+    def __init__(self, seed: int | None = None, dtype: Any = None):
+        self.seed = seed
+        self.dtype = _dtypes.as_dtype(dtype) if dtype is not None else None
+
+    def __call__(self, shape: Any, dtype: Any = None, partition_info: Any = None) -> Tensor:
+        fan_in, fan_out = compute_fans(shape)
+        stddev = math.sqrt(2.0 / max(1.0, fan_in + fan_out)) / 0.87962566103423978
+        return random_ops.truncated_normal(shape, 0.0, stddev, self._dt(dtype), seed=self.seed)
+
+
+zeros_initializer = Zeros
+ones_initializer = Ones
+constant_initializer = Constant
+random_uniform_initializer = RandomUniform
+random_normal_initializer = RandomNormal
+truncated_normal_initializer = TruncatedNormal
+glorot_uniform_initializer = GlorotUniform
+glorot_normal_initializer = GlorotNormal

@@ -1,0 +1,116 @@
+"""The model-file contract: ``build_net(graph, device, mode) -> ModelSpec``.
+
+A model file is a Python file defining ``build_net``. The trainer calls it with
+``mode=ModeKeys.TRAIN`` and needs ``loss`` and ``train_op``; the server calls it with
+``mode=ModeKeys.PREDICT`` on its own graph and serves the signature ``inputs -> outputs``.
+Both must create the same variables (same names, shapes, dtypes), so checkpoints from the
+one restore into the other. Mirrors ``tf.estimator.EstimatorSpec`` / TF Serving signatures.
+
+Example (``examples/digits_mlp.py``)::
+
+    def build_net(graph, device, mode):
+        with graph.as_default(), graph.device(device):
+            x = cs.placeholder(cs.float32, [None, 64], name="x")
+            ...
+            return cs.ModelSpec(inputs={"x": x}, outputs={"classes": classes, ...},
+                                labels={"y": y}, loss=loss, train_op=train_op)
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import CkptsyncTypeError, CkptsyncValueError
+from .graph import Operation, Tensor
+
+__all__ = ["ModeKeys", "ModelSpec", "load_build_net", "ModelFileError"]
+
+
+class ModeKeys:
+    """Why ``build_net`` is called, as ``tf.estimator.ModeKeys``."""
+
+    TRAIN = "train"
+    EVAL = "eval"
+    PREDICT = "infer"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What ``build_net`` returns.
+
+    Attributes:
+        inputs: name -> placeholder, e.g. ``{"x": <[None, 64] float32>}``; the serving
+            signature's inputs and the trainer's feature feeds.
+        outputs: name -> tensor served for each input row, e.g. ``{"classes": [None] int64,
+            "probabilities": [None, 10] float32}``.
+        labels: name -> label placeholder (TRAIN/EVAL), e.g. ``{"y": [None] int64}``.
+        loss: scalar float tensor (TRAIN/EVAL).
+        train_op: op or tensor that runs one training step (TRAIN).
+    """
+
+    inputs: Mapping[str, Tensor]
+    outputs: Mapping[str, Tensor]
+    labels: Mapping[str, Tensor] | None = None
+    loss: Tensor | None = None
+    train_op: Operation | Tensor | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for field_name in ("inputs", "outputs"):
+            m = getattr(self, field_name)
+            if not isinstance(m, Mapping) or not m:
+                raise CkptsyncTypeError(
+                    f"ModelSpec.{field_name} must be a non-empty dict of name -> Tensor, got {m!r}.")
+            for k, v in m.items():
+                if not isinstance(v, Tensor):
+                    raise CkptsyncTypeError(
+                        f"ModelSpec.{field_name}[{k!r}] must be a Tensor, got {type(v).__name__}.")
+        if self.labels is not None and not isinstance(self.labels, Mapping):
+            raise CkptsyncTypeError(f"ModelSpec.labels must be a dict, got {self.labels!r}.")
+
+    def require_training(self) -> None:
+        """Raises ``ValueError`` unless ``loss``, ``train_op`` and ``labels`` are set."""
+        missing = [n for n in ("loss", "train_op", "labels") if getattr(self, n) is None]
+        if missing:
+            raise ModelFileError(
+                f"build_net in TRAIN mode must return a ModelSpec with {', '.join(missing)} set.")
+
+
+class ModelFileError(CkptsyncValueError):
+    """A model file that is missing, fails to import, or lacks ``build_net``."""
+
+
+def load_build_net(path: str | os.PathLike[str]) -> Callable[..., ModelSpec]:
+    """Imports a model file and returns its ``build_net``.
+
+    Args:
+        path: a ``.py`` file defining ``build_net(graph, device, mode)``.
+
+    Raises:
+        ModelFileError: the file is missing, not Python, raises on import, or defines no
+            callable ``build_net``.
+    """
+    p = os.fspath(path)
+    if not os.path.isfile(p):
+        raise ModelFileError(f"Model file not found: {p}")
+    name = "ckptsync_model_" + os.path.splitext(os.path.basename(p))[0].replace("-", "_")
+    spec = importlib.util.spec_from_file_location(name, p)
+    if spec is None or spec.loader is None:
+        raise ModelFileError(f"Model file {p} is not a Python file (expected a .py file).")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    except Exception as e:  # noqa: BLE001 - a user's file may raise anything
+        sys.modules.pop(name, None)
+        raise ModelFileError(f"Model file {p} failed to import: {type(e).__name__}: {e}") from e
+    fn = getattr(module, "build_net", None)
+    if not callable(fn):
+        raise ModelFileError(
+            f"Model file {p} defines no build_net(graph, device, mode) function.")
+    return fn  # type: ignore[no-any-return]

@@ -1,0 +1,239 @@
+"""Neural-network ops (``cs.nn``): activations, softmax, bias_add and the cross-entropies.
+
+Each kernel sits beside its gradient. Softmax-family ops work on the last axis.
+The cross-entropy ops return a per-example loss ``[batch]``; as TF1, their gradient with
+respect to the labels is ``None`` (sparse) and with respect to the logits is
+``softmax(logits) - labels`` scaled by the incoming gradient.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes as _dtypes
+from ..errors import CkptsyncTypeError, CkptsyncValueError
+from ..graph import Tensor
+from ._registry import register, single
+from .array_ops import convert_to_tensor
+from .math_ops import _unary, multiply, reduce_sum, subtract
+
+__all__ = [
+    "relu", "sigmoid", "tanh", "softmax", "log_softmax", "bias_add",
+    "sparse_softmax_cross_entropy_with_logits", "softmax_cross_entropy_with_logits",
+]
+
+
+def _float(op: str, t: Tensor) -> None:
+    if not t.dtype.is_floating:
+        raise CkptsyncTypeError(f"{op}: expected a floating-point tensor, got {t.dtype.name} for "
+                                f"{t.name}.")
+
+
+# --------------------------------------------------------------------- activations
+@register("Relu", grad=lambda op, g: [single("ReluGrad", [g, op.outputs[0]], g.dtype, g.shape)])
+def _relu_kernel(x: np.ndarray) -> np.ndarray:
+    return np.maximum(x, np.zeros((), x.dtype))
+
+
+@register("ReluGrad")
+def _relu_grad_kernel(g: np.ndarray, y: np.ndarray) -> np.ndarray:
+    return g * (y > 0)
+
+
+@register("Sigmoid", grad=lambda op, g: [multiply(g, multiply(op.outputs[0],
+                                                              subtract(1.0, op.outputs[0])))])
+def _sigmoid_kernel(x: np.ndarray) -> np.ndarray:
+    # Numerically stable for large |x|.
+    out = np.empty_like(x)
+    pos = x >= 0
+    out[pos] = 1.0 / (1.0 + np.exp(-x[pos]))
+    e = np.exp(x[~pos])
+    out[~pos] = e / (1.0 + e)
+    return out
+
+
+@register("Tanh", grad=lambda op, g: [multiply(g, subtract(1.0, multiply(op.outputs[0],
+                                                                         op.outputs[0])))])
+def _tanh_kernel(x: np.ndarray) -> np.ndarray:
+    return np.tanh(x)
+
+
+def relu(features: Any, name: str | None = None) -> Tensor:
+    """``max(x, 0)``, as ``tf.nn.relu``; gradient 0 at 0."""
+    return _unary("Relu", features, name)
+
+
+def sigmoid(x: Any, name: str | None = None) -> Tensor:
+    """``1 / (1 + exp(-x))``, as ``tf.sigmoid``."""
+    return _unary("Sigmoid", x, name, float_only=True)
+
+
+def tanh(x: Any, name: str | None = None) -> Tensor:
+    """Hyperbolic tangent, as ``tf.tanh``."""
+    return _unary("Tanh", x, name, float_only=True)
+
+
+# --------------------------------------------------------------------- softmax
+def _softmax_np(x: np.ndarray) -> np.ndarray:
+    z = x - x.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    e /= e.sum(axis=-1, keepdims=True)
+    return e
+
+
+def _log_softmax_np(x: np.ndarray) -> np.ndarray:
+    z = x - x.max(axis=-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+
+def _grad_softmax(op: Any, g: Tensor) -> list[Any]:
+    y = op.outputs[0]
+    return [multiply(subtract(g, reduce_sum(multiply(g, y), -1, keepdims=True)), y)]
+
+
+def _grad_log_softmax(op: Any, g: Tensor) -> list[Any]:
+    from .math_ops import exp
+
+    return [subtract(g, multiply(reduce_sum(g, -1, keepdims=True), exp(op.outputs[0])))]
+
+
+register("Softmax", grad=_grad_softmax)(_softmax_np)
+register("LogSoftmax", grad=_grad_log_softmax)(_log_softmax_np)
+
+
+def softmax(logits: Any, name: str | None = None) -> Tensor:
+    """Softmax over the last axis, as ``tf.nn.softmax``."""
+    return _unary("Softmax", logits, name, float_only=True)
+
+
+def log_softmax(logits: Any, name: str | None = None) -> Tensor:
+    """Log-softmax over the last axis, as ``tf.nn.log_softmax``."""
+    return _unary("LogSoftmax", logits, name, float_only=True)
+
+
+# --------------------------------------------------------------------- bias_add
+@register("BiasAdd", grad=lambda op, g: [g, single("BiasAddGrad", [g], g.dtype,
+                                                   op.inputs[1].shape)])
+def _bias_add_kernel(x: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return x + b
+
+
+@register("BiasAddGrad")
+def _bias_add_grad_kernel(g: np.ndarray) -> np.ndarray:
+    return g.reshape(-1, g.shape[-1]).sum(axis=0)
+
+
+def bias_add(value: Any, bias: Any, name: str | None = None) -> Tensor:
+    """``value + bias`` where ``bias`` is ``[C]`` and ``value`` is ``[..., C]``.
+
+    Raises:
+        ValueError: ``bias`` is not rank 1 or its size differs from the last dim of
+            ``value``.
+    """
+    x = convert_to_tensor(value)
+    b = convert_to_tensor(bias, dtype=x.dtype)
+    if b.shape.ndims is not None and b.shape.ndims != 1:
+        raise CkptsyncValueError(f"BiasAdd: bias must be 1-D, got shape {b.shape}.")
+    if x.shape.ndims is not None and x.shape.ndims < 2:
+        raise CkptsyncValueError(f"BiasAdd: value must be at least 2-D, got shape {x.shape}.")
+    last, n = (x.shape.dims or [None])[-1], (b.shape.dims or [None])[0]
+    if last is not None and n is not None and last != n:
+        raise CkptsyncValueError(
+            f"BiasAdd: the last dimension of value {x.shape} must equal the size of bias {b.shape}.")
+    return single("BiasAdd", [x, b], x.dtype, x.shape, name=name)
+
+
+# --------------------------------------------------------------------- cross-entropy
+def _grad_xent(op: Any, g: Tensor, _g_backprop: Any = None) -> list[Any]:
+    from .array_ops import expand_dims
+
+    backprop = op.outputs[1]
+    grad_logits = multiply(expand_dims(g, -1), backprop)
+    if op.type == "SparseSoftmaxCrossEntropyWithLogits":
+        return [grad_logits, None]
+    from .math_ops import negative
+
+    return [grad_logits,
+            multiply(expand_dims(g, -1), negative(single("LogSoftmax", [op.inputs[0]],
+                                                         op.inputs[0].dtype,
+                                                         op.inputs[0].shape)))]
+
+
+@register("SparseSoftmaxCrossEntropyWithLogits", grad=_grad_xent)
+def _sparse_xent_kernel(logits: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    n_classes = logits.shape[-1]
+    if labels.size and (labels.min() < 0 or labels.max() >= n_classes):
+        from ..errors import InvalidArgumentError
+
+        bad = labels[(labels < 0) | (labels >= n_classes)].reshape(-1)[0]
+        raise InvalidArgumentError(
+            None, None, f"Received a label value of {bad} which is outside the valid range of "
+            f"[0, {n_classes}).")
+    logp = _log_softmax_np(logits)
+    rows = np.arange(labels.size)
+    flat = logp.reshape(-1, n_classes)
+    loss = -flat[rows, labels.reshape(-1)].reshape(labels.shape)
+    backprop = np.exp(logp)
+    backprop.reshape(-1, n_classes)[rows, labels.reshape(-1)] -= 1
+    return loss, backprop
+
+
+@register("SoftmaxCrossEntropyWithLogits", grad=_grad_xent)
+def _xent_kernel(logits: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    logp = _log_softmax_np(logits)
+    loss = -(labels * logp).sum(axis=-1)
+    return loss, np.exp(logp) - labels
+
+
+def sparse_softmax_cross_entropy_with_logits(_sentinel: Any = None, labels: Any = None,
+                                             logits: Any = None, name: str | None = None
+                                             ) -> Tensor:
+    """Per-example cross-entropy of ``logits [batch, C]`` against int ``labels [batch]``.
+
+    As ``tf.nn.sparse_softmax_cross_entropy_with_logits``; arguments must be named.
+
+    Raises:
+        ValueError: unnamed arguments, or shapes that do not fit (names both shapes).
+        InvalidArgumentError: at run time, a label outside ``[0, C)``.
+    """
+    if _sentinel is not None:
+        raise CkptsyncValueError("Only call `sparse_softmax_cross_entropy_with_logits` with named "
+                                 "arguments (labels=..., logits=..., ...).")
+    lg = convert_to_tensor(logits)
+    lb = convert_to_tensor(labels)
+    _float("SparseSoftmaxCrossEntropyWithLogits", lg)
+    if not lb.dtype.is_integer:
+        raise CkptsyncTypeError(f"labels must be int32 or int64, got {lb.dtype.name}.")
+    ls, lbs = lg.shape, lb.shape
+    if ls.ndims is not None and lbs.ndims is not None:
+        if lbs.ndims != ls.ndims - 1 or not lbs.is_compatible_with(ls[:-1]):
+            raise CkptsyncValueError(
+                f"Shape mismatch: The shape of labels (received {lbs}) should equal the shape of "
+                f"logits except for the last dimension (received {ls}).")
+    return lg.graph.create_op("SparseSoftmaxCrossEntropyWithLogits", [lg, lb],
+                              [lg.dtype, lg.dtype], [lbs, ls], name=name).outputs[0]
+
+
+def softmax_cross_entropy_with_logits(_sentinel: Any = None, labels: Any = None,
+                                      logits: Any = None, name: str | None = None) -> Tensor:
+    """Per-example cross-entropy of ``logits [batch, C]`` against distributions ``labels``.
+
+    As ``tf.nn.softmax_cross_entropy_with_logits_v2`` (gradients flow into labels too).
+    """
+    if _sentinel is not None:
+        raise CkptsyncValueError("Only call `softmax_cross_entropy_with_logits` with named "
+                                 "arguments (labels=..., logits=..., ...).")
+    lg = convert_to_tensor(logits)
+    lb = convert_to_tensor(labels, dtype=lg.dtype)
+    _float("SoftmaxCrossEntropyWithLogits", lg)
+    if not lg.shape.is_compatible_with(lb.shape):
+        raise CkptsyncValueError(f"logits and labels must be broadcastable: logits_size={lg.shape} "
+                                 f"labels_size={lb.shape}")
+    out_shape = None if lg.shape.dims is None else lg.shape.dims[:-1]
+    return lg.graph.create_op("SoftmaxCrossEntropyWithLogits", [lg, lb], [lg.dtype, lg.dtype],
+                              [out_shape, lg.shape], name=name).outputs[0]
+
+
+_ = _dtypes

@@ -1,0 +1,111 @@
+"""Random tensors: ``random_uniform``, ``random_normal``, ``truncated_normal``.
+
+Seeds follow TF1's ``get_seed``: with a graph seed (``cs.set_random_seed``) and no op
+seed, the op seed is the graph's op counter, so two processes that build the same graph
+draw the same values; with neither, draws differ per session. Each op keeps its own
+generator in the session and advances it on every run (a random op is stateful, as TF).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes as _dtypes
+from ..errors import CkptsyncValueError
+from ..graph import Operation, Tensor, get_default_graph
+from ..tensor_shape import TensorShape
+from ._registry import register, single
+
+__all__ = ["random_uniform", "random_normal", "truncated_normal", "set_random_seed", "get_seed"]
+
+DEFAULT_GRAPH_SEED = 87654321
+
+
+def set_random_seed(seed: int | None) -> None:
+    """Sets the default graph's seed, as ``tf.set_random_seed``."""
+    get_default_graph().seed = None if seed is None else int(seed)
+
+
+def get_seed(op_seed: int | None) -> tuple[int | None, int | None]:
+    """``(graph_seed, op_seed)`` for a new random op, as TF1's ``random_seed.get_seed``."""
+    g = get_default_graph()
+    if g.seed is not None:
+        return g.seed, (g._last_id if op_seed is None else int(op_seed))
+    if op_seed is not None:
+        return DEFAULT_GRAPH_SEED, int(op_seed)
+    return None, None
+
+
+def _shape(shape: Any) -> tuple[int, ...]:
+    s = TensorShape(shape)
+    if not s.is_fully_defined():
+        raise CkptsyncValueError(f"Random op shape must be fully defined, got {s}.")
+    return tuple(s.as_list())  # type: ignore[arg-type]
+
+
+def _float_dtype(dtype: Any) -> _dtypes.DType:
+    dt = _dtypes.as_dtype(dtype)
+    if not dt.is_floating:
+        raise CkptsyncValueError(f"Random op dtype must be floating, got {dt.name}.")
+    return dt
+
+
+@register("RandomUniform", kind="stateful")
+def _uniform_kernel(ctx: Any, op: Operation) -> np.ndarray:
+    a = op.attrs
+    u = ctx.rng(op).random(a["shape"], dtype=np.float64)
+    return (a["minval"] + u * (a["maxval"] - a["minval"])).astype(a["dtype"].np)
+
+
+@register("RandomStandardNormal", kind="stateful")
+def _normal_kernel(ctx: Any, op: Operation) -> np.ndarray:
+    a = op.attrs
+    z = ctx.rng(op).standard_normal(a["shape"])
+    return (a["mean"] + a["stddev"] * z).astype(a["dtype"].np)
+
+
+@register("TruncatedNormal", kind="stateful")
+def _truncated_kernel(ctx: Any, op: Operation) -> np.ndarray:
+    a = op.attrs
+    rng = ctx.rng(op)
+    z = rng.standard_normal(a["shape"])
+    bad = np.abs(z) > 2.0
+    while bad.any():
+        z[bad] = rng.standard_normal(int(bad.sum()))
+        bad = np.abs(z) > 2.0
+    return (a["mean"] + a["stddev"] * z).astype(a["dtype"].np)
+
+
+def _random(op_type: str, shape: Any, dtype: Any, seed: int | None, name: str | None,
+            **attrs: Any) -> Tensor:
+    dt = _float_dtype(dtype)
+    shp = _shape(shape)
+    s1, s2 = get_seed(seed)
+    return single(op_type, [], dt, shp, name=name or op_type,
+                  attrs={"shape": shp, "dtype": dt, "seed": s1, "seed2": s2, **attrs})
+
+
+def random_uniform(shape: Any, minval: float = 0.0, maxval: float = 1.0,
+                   dtype: Any = _dtypes.float32, seed: int | None = None,
+                   name: str | None = None) -> Tensor:
+    """Uniform values in ``[minval, maxval)``, as ``tf.random_uniform``."""
+    return _random("RandomUniform", shape, dtype, seed, name, minval=float(minval),
+                   maxval=float(maxval))
+
+
+def random_normal(shape: Any, mean: float = 0.0, stddev: float = 1.0,
+                  dtype: Any = _dtypes.float32, seed: int | None = None,
+                  name: str | None = None) -> Tensor:
+    """Normal values, as ``tf.random_normal``."""
+    return _random("RandomStandardNormal", shape, dtype, seed, name, mean=float(mean),
+                   stddev=float(stddev))
+
+
+def truncated_normal(shape: Any, mean: float = 0.0, stddev: float = 1.0,
+                     dtype: Any = _dtypes.float32, seed: int | None = None,
+                     name: str | None = None) -> Tensor:
+    """Normal values redrawn beyond two standard deviations, as ``tf.truncated_normal``."""
+    return _random("TruncatedNormal", shape, dtype, seed, name, mean=float(mean),
+                   stddev=float(stddev))

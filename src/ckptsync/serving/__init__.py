@@ -1,0 +1,40 @@
+"""Serving: follow a training run's checkpoints and answer TF-Serving-compatible requests.
+
+TF Serving's nouns, one module each: :mod:`.source` (watch the directory, say which
+versions exist) -> :mod:`.loader` (read + verify one checkpoint into an immutable
+:class:`Snapshot`) -> :mod:`.manager` (version policy, load thread, atomic swap) ->
+:mod:`.http` (the REST app ``infer serve`` runs). :class:`HotReloadingModel` is the
+in-process API.
+
+Example:
+    >>> import ckptsync as cs
+    >>> with cs.serving.HotReloadingModel("model.py", "ckpts") as model:  # doctest: +SKIP
+    ...     outputs, version = model.predict({"x": x})
+"""
+
+from .hot_reload import HotReloadingModel
+from .http import create_app
+from .loader import Snapshot, load_snapshot
+from .manager import ManagerStats, ModelManager, VersionState
+from .policy import VersionPolicy
+from .servable import GraphServable, Servable, Signature, TensorSpec, validate_inputs
+from .source import AspiredVersion, AspiredVersions, CheckpointSource
+
+__all__ = [
+    "AspiredVersion",
+    "AspiredVersions",
+    "CheckpointSource",
+    "GraphServable",
+    "HotReloadingModel",
+    "ManagerStats",
+    "ModelManager",
+    "Servable",
+    "Signature",
+    "Snapshot",
+    "TensorSpec",
+    "VersionPolicy",
+    "VersionState",
+    "create_app",
+    "load_snapshot",
+    "validate_inputs",
+]

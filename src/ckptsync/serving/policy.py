@@ -1,0 +1,69 @@
+"""Version policies: which checkpoint the manager serves (TF Serving's
+``ServableVersionPolicy``: ``latest`` or ``specific``).
+
+Example:
+    >>> VersionPolicy.parse("latest"), VersionPolicy.parse(1200)
+    (VersionPolicy(pinned=None), VersionPolicy(pinned=1200))
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from .source import AspiredVersion, AspiredVersions
+
+__all__ = ["VersionPolicy"]
+
+
+@dataclass(frozen=True)
+class VersionPolicy:
+    """Which version to serve: the latest (default) or one pinned version (rollback).
+
+    Args:
+        pinned: the pinned version (global step), or None for the latest.
+    """
+
+    pinned: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.pinned is not None and (isinstance(self.pinned, bool) or self.pinned < 0):
+            raise ValueError(f"a pinned version must be an int >= 0, got {self.pinned!r}")
+
+    @classmethod
+    def parse(cls, policy: str | int | VersionPolicy) -> VersionPolicy:
+        """``"latest"`` -> latest; an int (or its string) -> pinned to that version."""
+        if isinstance(policy, VersionPolicy):
+            return policy
+        if policy == "latest":
+            return cls(None)
+        try:
+            return cls(int(policy))
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"policy must be 'latest' or a version number, got {policy!r}"
+            ) from None
+
+    def candidates(self, listing: AspiredVersions, checkpoint_dir: str) -> list[AspiredVersion]:
+        """Versions to serve, most wanted first.
+
+        Latest: the state file's latest, then the other listed ones newest first (used only
+        while nothing newer loads). Pinned: that version, from the state file or, failing
+        that, a finished ``*-<version>.h5`` in the directory (TF1 keeps
+        ``keep_checkpoint_every_n_hours`` checkpoints on disk but not in the state file).
+        """
+        if self.pinned is None:
+            rest = [a for a in reversed(listing.available) if a != listing.latest]
+            return ([listing.latest] if listing.latest else []) + rest
+        for a in listing.available:
+            if a.version == self.pinned:
+                return [a]
+        suffix = f"-{self.pinned}.h5"
+        try:
+            names = sorted(os.listdir(checkpoint_dir))
+        except OSError:
+            return []
+        for name in names:
+            if name.endswith(suffix) and not name.startswith("."):
+                return [AspiredVersion(self.pinned, os.path.join(checkpoint_dir, name[:-3]))]
+        return []

@@ -1,0 +1,323 @@
+"""What is served: a signature, the variables a checkpoint must provide, and a forward pass.
+
+TF Serving calls the thing a manager loads and serves a *servable*; its interface is the
+``SignatureDef`` (named input and output tensors). Here a :class:`Servable` is stateless
+with respect to parameters: ``run(params, inputs)`` receives the parameter snapshot for
+that one call, so one servable answers requests on many snapshots from many threads at once
+and a hot reload is a swap of the ``params`` mapping, never a mutation of the servable.
+
+Example:
+    >>> servable = GraphServable.from_model_file("examples/mlp.py")  # doctest: +SKIP
+    >>> servable.signature.inputs["x"].shape  # doctest: +SKIP
+    (None, 64)
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidArgumentError
+
+__all__ = [
+    "TensorSpec",
+    "Signature",
+    "Servable",
+    "GraphServable",
+    "validate_inputs",
+    "tf_dtype_name",
+]
+
+# TF's DataType enum names, as TF Serving's metadata API prints them.
+_TF_DTYPE_NAMES = {
+    "float16": "DT_HALF",
+    "float32": "DT_FLOAT",
+    "float64": "DT_DOUBLE",
+    "int8": "DT_INT8",
+    "int16": "DT_INT16",
+    "int32": "DT_INT32",
+    "int64": "DT_INT64",
+    "uint8": "DT_UINT8",
+    "uint16": "DT_UINT16",
+    "uint32": "DT_UINT32",
+    "uint64": "DT_UINT64",
+    "bool": "DT_BOOL",
+    "complex64": "DT_COMPLEX64",
+    "complex128": "DT_COMPLEX128",
+}
+
+
+def tf_dtype_name(dtype: np.dtype) -> str:
+    """TF's enum name for a numpy dtype, e.g. ``float32 -> "DT_FLOAT"``."""
+    return _TF_DTYPE_NAMES.get(np.dtype(dtype).name, "DT_INVALID")
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Name, dtype and shape of one tensor; ``None`` marks a dimension of any size.
+
+    Attributes:
+        name: the key (signature name, or checkpoint key such as ``"dense0/w"``).
+        dtype: numpy dtype, e.g. ``np.dtype("float32")``.
+        shape: one entry per dimension; ``None`` is unknown (usually the batch, dim 0).
+    """
+
+    name: str
+    dtype: np.dtype
+    shape: tuple[int | None, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dtype", np.dtype(self.dtype))
+        object.__setattr__(self, "shape", tuple(None if d is None else int(d) for d in self.shape))
+
+    def is_compatible_with(self, shape: tuple[int, ...]) -> bool:
+        """True when a concrete ``shape`` fits this spec (same rank, known dims equal)."""
+        return len(shape) == len(self.shape) and all(
+            want is None or want == got for want, got in zip(self.shape, shape, strict=False)
+        )
+
+    def shape_str(self) -> str:
+        """The shape as TF prints it, e.g. ``[?, 64]``."""
+        return "[" + ", ".join("?" if d is None else str(d) for d in self.shape) + "]"
+
+    def to_json(self, tensor_name: str | None = None) -> dict[str, Any]:
+        """TF Serving's ``TensorInfo`` JSON: ``dtype``, ``tensor_shape``, ``name``."""
+        return {
+            "dtype": tf_dtype_name(self.dtype),
+            "tensor_shape": {
+                "dim": [{"size": str(-1 if d is None else d), "name": ""} for d in self.shape],
+                "unknown_rank": False,
+            },
+            "name": tensor_name if tensor_name is not None else self.name,
+        }
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A ``SignatureDef``: named inputs and outputs (TF Serving's ``serving_default``).
+
+    Attributes:
+        inputs: input key -> spec; the key is what requests use.
+        outputs: output key -> spec.
+        tensor_names: optional key -> graph tensor name (``"x:0"``) for the metadata API.
+    """
+
+    inputs: Mapping[str, TensorSpec]
+    outputs: Mapping[str, TensorSpec]
+    tensor_names: Mapping[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """TF Serving's ``SignatureDef`` JSON (``inputs``, ``outputs``, ``method_name``)."""
+        return {
+            "inputs": {k: s.to_json(self.tensor_names.get(k)) for k, s in self.inputs.items()},
+            "outputs": {k: s.to_json(self.tensor_names.get(k)) for k, s in self.outputs.items()},
+            "method_name": "tensorflow/serving/predict",
+        }
+
+
+class Servable(abc.ABC):
+    """A model that answers ``run(params, inputs)`` for any compatible parameter snapshot.
+
+    Thread-safety: implementations must allow concurrent ``run`` calls from many threads,
+    each with its own (read-only) ``params``.
+    """
+
+    @property
+    @abc.abstractmethod
+    def signature(self) -> Signature:
+        """The serving signature (inputs -> outputs)."""
+
+    @property
+    @abc.abstractmethod
+    def variable_specs(self) -> Mapping[str, TensorSpec]:
+        """Checkpoint key -> spec of every variable a checkpoint must provide."""
+
+    @abc.abstractmethod
+    def run(
+        self, params: Mapping[str, np.ndarray], inputs: Mapping[str, np.ndarray]
+    ) -> dict[str, np.ndarray]:
+        """Runs the forward pass.
+
+        Args:
+            params: checkpoint key -> array, exactly ``variable_specs`` (read-only arrays).
+            inputs: input key -> array, validated by :func:`validate_inputs`.
+
+        Returns:
+            Output key -> array, each ``[batch, ...]`` for batch-major signatures.
+        """
+
+
+def validate_inputs(signature: Signature, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Checks names, dtypes and shapes of request inputs against a signature.
+
+    Args:
+        signature: the servable's signature.
+        inputs: input key -> array-like. Values are converted to the spec's dtype when that
+            loses nothing (ints for a float input; integral floats for an int input).
+
+    Returns:
+        Input key -> C-contiguous array of the spec's dtype and a compatible shape.
+
+    Raises:
+        InvalidArgumentError: a missing or unknown input, a value that is not numeric, a
+            lossy dtype conversion, a shape that does not fit, or inputs whose batch sizes
+            (dim 0, when unknown in the spec) differ. The message names the input.
+    """
+    missing = [k for k in signature.inputs if k not in inputs]
+    unknown = [k for k in inputs if k not in signature.inputs]
+    if missing or unknown:
+        raise InvalidArgumentError(
+            None,
+            None,
+            f"inputs must be exactly {sorted(signature.inputs)}; missing {missing}, "
+            f"unexpected {unknown}",
+        )
+    out: dict[str, np.ndarray] = {}
+    batch: tuple[str, int] | None = None
+    for key, spec in signature.inputs.items():
+        arr = _convert(key, spec, inputs[key])
+        if not spec.is_compatible_with(arr.shape):
+            raise InvalidArgumentError(
+                None,
+                None,
+                f"input '{key}' must have shape {spec.shape_str()}, got {list(arr.shape)}",
+            )
+        if spec.shape and spec.shape[0] is None:
+            if batch is not None and batch[1] != arr.shape[0]:
+                raise InvalidArgumentError(
+                    None,
+                    None,
+                    f"input '{key}' has batch size {arr.shape[0]} but input '{batch[0]}' "
+                    f"has {batch[1]}; all inputs must share dimension 0",
+                )
+            batch = (key, arr.shape[0])
+        out[key] = arr
+    return out
+
+
+def _convert(key: str, spec: TensorSpec, value: Any) -> np.ndarray:
+    try:
+        arr = np.asarray(value)
+    except ValueError as e:  # ragged nested lists
+        raise InvalidArgumentError(
+            None, None, f"input '{key}' is ragged (lists of unequal length): {e}"
+        ) from None
+    if arr.dtype == spec.dtype:
+        return np.ascontiguousarray(arr)
+    kind, want = arr.dtype.kind, spec.dtype.kind
+    ok = (
+        (want in "fc" and kind in "biuf")
+        or (want == "c" and kind == "c")
+        or (want in "iu" and kind in "biu")
+        or (want == "b" and kind == "b")
+    )
+    if want in "iu" and kind == "f" and arr.size and np.all(np.isfinite(arr)):
+        ok = bool(np.all(arr == np.round(arr)))
+    if not ok:
+        given = {
+            "U": "strings",
+            "S": "strings",
+            "O": "non-numeric values (objects, nulls or numbers too large)",
+        }.get(kind, f"{arr.dtype.name} values")
+        raise InvalidArgumentError(
+            None, None, f"input '{key}' must be {spec.dtype.name}, got {given}"
+        )
+    if kind in "iu" and want in "iu" and arr.size:
+        info = np.iinfo(spec.dtype)
+        if arr.min() < info.min or arr.max() > info.max:
+            raise InvalidArgumentError(
+                None, None, f"input '{key}' has values outside the range of {spec.dtype.name}"
+            )
+    return np.ascontiguousarray(arr.astype(spec.dtype))
+
+
+class GraphServable(Servable):
+    """A servable over a ckptsync graph built by a model file's ``build_net`` in PREDICT mode.
+
+    The graph is built once; its ``GLOBAL_VARIABLES`` are what checkpoints must provide
+    (keys are the variables' op names, e.g. ``dense0/w``), and ``ModelSpec.inputs`` ->
+    ``ModelSpec.outputs`` is the signature. Each :meth:`run` is one
+    ``Session.run(outputs, feed_dict, params=...)`` that stores nothing in the session.
+
+    Thread-safety: :meth:`run` may be called concurrently from any number of threads.
+
+    Args:
+        build_net: ``build_net(graph, device, mode) -> ModelSpec``.
+        device: TF device name, e.g. ``"cpu:0"`` or ``"/cpu:0"``.
+
+    Raises:
+        ValueError: ``build_net`` did not return a ModelSpec with inputs and outputs.
+    """
+
+    def __init__(self, build_net: Callable[..., Any], device: str = "cpu:0"):
+        from ..graph import Graph, GraphKeys
+        from ..model_spec import ModeKeys
+        from ..session import Session
+
+        self.device = device
+        self._graph = Graph()
+        with self._graph.as_default():
+            spec = build_net(self._graph, device, ModeKeys.PREDICT)
+        if spec is None or not getattr(spec, "inputs", None) or not getattr(spec, "outputs", None):
+            raise ValueError(
+                "build_net(graph, device, mode) must return a ModelSpec with non-empty "
+                f"inputs and outputs, got {spec!r}"
+            )
+        self._inputs = dict(spec.inputs)
+        self._outputs = dict(spec.outputs)
+        self._signature = Signature(
+            inputs={k: _tensor_spec(k, t) for k, t in self._inputs.items()},
+            outputs={k: _tensor_spec(k, t) for k, t in self._outputs.items()},
+            tensor_names={k: t.name for k, t in {**self._inputs, **self._outputs}.items()},
+        )
+        variables = self._graph.get_collection(GraphKeys.GLOBAL_VARIABLES)
+        self._variable_specs = {
+            v.op.name: TensorSpec(
+                v.op.name, np.dtype(v.dtype.as_numpy_dtype), tuple(v.get_shape().as_list())
+            )
+            for v in variables
+        }
+        if hasattr(self._graph, "finalize"):
+            self._graph.finalize()
+        self._session = Session(graph=self._graph)
+
+    @classmethod
+    def from_model_file(cls, path: str | os.PathLike[str], device: str = "cpu:0") -> GraphServable:
+        """Loads ``build_net`` from a model file and builds the PREDICT graph.
+
+        Raises:
+            ModelFileError: (from ``ckptsync.model_spec.load_build_net``) a missing or broken
+            file (with a message naming it).
+        """
+        from ..model_spec import load_build_net
+
+        return cls(load_build_net(os.fspath(path)), device)
+
+    @property
+    def signature(self) -> Signature:
+        return self._signature
+
+    @property
+    def variable_specs(self) -> Mapping[str, TensorSpec]:
+        return self._variable_specs
+
+    def run(
+        self, params: Mapping[str, np.ndarray], inputs: Mapping[str, np.ndarray]
+    ) -> dict[str, np.ndarray]:
+        feed = {self._inputs[k]: v for k, v in inputs.items()}
+        result = self._session.run(self._outputs, feed_dict=feed, params=dict(params))
+        return {k: np.asarray(v) for k, v in result.items()}
+
+    def close(self) -> None:
+        """Closes the session."""
+        self._session.close()
+
+
+def _tensor_spec(key: str, tensor: Any) -> TensorSpec:
+    dims = tensor.get_shape().as_list()
+    return TensorSpec(key, np.dtype(tensor.dtype.as_numpy_dtype), tuple(dims or ()))

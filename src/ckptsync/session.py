@@ -1,0 +1,389 @@
+"""``Session``: runs a graph with numpy, as TF1's ``tf.Session``.
+
+Variable values live in the session, not in the graph: two sessions on one graph hold
+different values. Within one ``run`` every read of a variable sees its value at the start
+of the run and assignments land when the run ends.
+
+The execution plan for a given (fetches, fed tensors) is computed once and cached; a run
+then only executes a flat list of kernel calls.
+
+``run(..., params=snapshot)`` reads variables from ``params`` (a mapping of variable op
+names to arrays) instead of the session's store, for that run only. This is how a server
+evaluates an immutable parameter snapshot while another thread swaps in the next one.
+
+Thread-safety: ``run`` may be called from many threads at once; assignments from
+concurrent runs land whole, one run after another.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from .errors import (
+    CkptsyncRuntimeError,
+    CkptsyncTypeError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    OpError,
+)
+from .graph import Graph, Operation, Tensor, get_default_graph
+from .ops._registry import get_op_def
+from .session_fetch import FetchMapper
+
+__all__ = ["Session", "InteractiveSession", "get_default_session"]
+
+_Step = Callable[[list[Any], "_RunContext"], None]
+
+
+class _RunContext:
+    """What stateful kernels see during one run: variable reads/writes and RNGs."""
+
+    __slots__ = ("_session", "_params", "writes")
+
+    def __init__(self, session: Session, params: Mapping[str, np.ndarray] | None):
+        self._session = session
+        self._params = params
+        self.writes: dict[str, np.ndarray] = {}
+
+    def read(self, name: str) -> np.ndarray:
+        if self._params is not None:
+            v = self._params.get(name)
+            if v is not None:
+                return v
+        v = self._session._vars.get(name)
+        if v is None:
+            raise FailedPreconditionError(
+                None, None, f"Attempting to use uninitialized value {name}")
+        return v
+
+    def write(self, name: str, value: np.ndarray) -> None:
+        self.writes[name] = value
+
+    def rng(self, op: Operation) -> np.random.Generator:
+        return self._session._rng(op)
+
+
+class _Plan:
+    __slots__ = ("steps", "ops", "feed_slots", "fetch_slots", "n_slots")
+
+    def __init__(self, steps: list[_Step], ops: list[Operation], feed_slots: list[int],
+                 fetch_slots: list[int | None], n_slots: int):
+        self.steps = steps
+        self.ops = ops
+        self.feed_slots = feed_slots
+        self.fetch_slots = fetch_slots
+        self.n_slots = n_slots
+
+
+def _make_step(op: Operation, slot: dict[int, int], fed: set[int]) -> _Step | None:
+    d = get_op_def(op.type)
+    outs = [slot[id(t)] for t in op.outputs]
+    if d.kind == "noop":
+        return None
+    if d.kind == "placeholder":
+        t = op.outputs[0]
+        raise InvalidArgumentError(
+            None, op, f"You must feed a value for placeholder tensor '{op.name}' with dtype "
+            f"{t.dtype.name} and shape {t.shape}")
+    if d.kind == "variable":
+        name, o = op.name, outs[0]
+
+        def var_step(v: list[Any], ctx: _RunContext) -> None:
+            v[o] = ctx.read(name)
+
+        return var_step
+    ins = [None if i in d.ref_inputs else slot[id(t)] for i, t in enumerate(op.inputs)]
+    fn = d.kernel
+    assert fn is not None
+    attrs = {k: a for k, a in op.attrs.items()}
+    single = len(outs) == 1
+    o = outs[0] if outs else -1
+    if d.kind == "stateful":
+        def stateful_step(v: list[Any], ctx: _RunContext) -> None:
+            res = fn(ctx, op, *[None if i is None else v[i] for i in ins])
+            _store(v, outs, res)
+
+        return stateful_step
+    if single and not attrs and len(ins) == 2:
+        a, b = ins
+
+        def step2(v: list[Any], ctx: _RunContext) -> None:
+            v[o] = fn(v[a], v[b])
+
+        return step2
+    if single and not attrs and len(ins) == 1:
+        a = ins[0]
+
+        def step1(v: list[Any], ctx: _RunContext) -> None:
+            v[o] = fn(v[a])
+
+        return step1
+    if single:
+        def step_n(v: list[Any], ctx: _RunContext) -> None:
+            v[o] = fn(*[v[i] for i in ins], **attrs)  # type: ignore[index]
+
+        return step_n
+
+    def step_multi(v: list[Any], ctx: _RunContext) -> None:
+        _store(v, outs, fn(*[v[i] for i in ins], **attrs))  # type: ignore[index]
+
+    return step_multi
+
+
+def _store(v: list[Any], outs: list[int], res: Any) -> None:
+    if len(outs) == 1:
+        v[outs[0]] = res
+    elif outs:
+        for o, r in zip(outs, res):
+            v[o] = r
+
+
+class Session:
+    """Runs ops and evaluates tensors of one graph, as ``tf.Session``.
+
+    Args:
+        target, config: accepted for TF1 compatibility; ignored.
+        graph: default: the default graph.
+
+    Example:
+        >>> import ckptsync as cs
+        >>> g = cs.Graph()
+        >>> with g.as_default():
+        ...     x = cs.placeholder(cs.float32, [None, 2])
+        ...     y = cs.reduce_sum(x * 2.0)
+        >>> with cs.Session(graph=g) as sess:
+        ...     float(sess.run(y, {x: [[1.0, 2.0]]}))
+        6.0
+    """
+
+    def __init__(self, target: str = "", graph: Graph | None = None, config: Any = None):
+        self.graph = graph if graph is not None else get_default_graph()
+        self._vars: dict[str, np.ndarray] = {}
+        self._rngs: dict[str, np.random.Generator] = {}
+        self._plans: dict[Any, _Plan] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        self._default_ctx: Any = None
+
+    # ---------------------------------------------------------------- lifecycle
+    def close(self) -> None:
+        """Frees the variable values. Further runs raise ``RuntimeError``."""
+        self._closed = True
+        self._vars = {}
+        self._plans = {}
+
+    def __enter__(self) -> Session:
+        self._default_ctx = self.as_default()
+        self._default_ctx.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._default_ctx is not None:
+            self._default_ctx.__exit__(*exc)
+            self._default_ctx = None
+        self.close()
+
+    @contextlib.contextmanager
+    def as_default(self) -> Iterator[Session]:
+        """Makes this the default session (and its graph the default graph) in the block."""
+        stack = _session_stack()
+        stack.append(self)
+        try:
+            with self.graph.as_default():
+                yield self
+        finally:
+            stack.pop()
+
+    # ---------------------------------------------------------------- variables
+    def _has_variable(self, name: str) -> bool:
+        return name in self._vars
+
+    def _read_variables(self, names: list[str]) -> dict[str, np.ndarray]:
+        """Current values by variable op name (arrays are shared, never mutated)."""
+        missing = [n for n in names if n not in self._vars]
+        if missing:
+            raise FailedPreconditionError(
+                None, None, f"Attempting to use uninitialized value {missing[0]}")
+        return {n: self._vars[n] for n in names}
+
+    def _write_variables(self, values: Mapping[str, Any]) -> None:
+        """Sets variables by op name (as a restore does), converting to their dtypes."""
+        new = {}
+        for name, value in values.items():
+            op = self.graph.get_operation_by_name(name)
+            arr = np.array(value, dtype=op.outputs[0].dtype.np, copy=True)
+            new[name] = arr
+        with self._lock:
+            self._vars.update(new)
+
+    def _rng(self, op: Operation) -> np.random.Generator:
+        g = self._rngs.get(op.name)
+        if g is None:
+            s1, s2 = op.attrs.get("seed"), op.attrs.get("seed2")
+            seq = None if s1 is None else [int(s1), int(s2 or 0)]
+            g = self._rngs.setdefault(op.name, np.random.default_rng(seq))
+        return g
+
+    # ---------------------------------------------------------------- run
+    def run(self, fetches: Any, feed_dict: Mapping[Any, Any] | None = None, options: Any = None,
+            run_metadata: Any = None, params: Mapping[str, np.ndarray] | None = None) -> Any:
+        """Evaluates ``fetches`` (any nesting of lists, tuples, dicts, namedtuples of
+        tensors, ops, variables or names) and returns values in the same structure.
+
+        Args:
+            feed_dict: tensor (or name) -> value; values are converted to the tensor's dtype.
+            params: variable op name -> array, read instead of the session's values for
+                this run only.
+
+        Raises:
+            RuntimeError: the session is closed.
+            InvalidArgumentError: a needed placeholder was not fed; a fed value's shape or
+                dtype does not fit the tensor (names it and both shapes); a kernel failed.
+            FailedPreconditionError: a variable was read before it was initialized.
+        """
+        if self._closed:
+            raise CkptsyncRuntimeError("Attempted to use a closed Session.")
+        mapper = FetchMapper(self.graph, fetches)
+        feeds: list[tuple[Tensor, np.ndarray]] = []
+        if feed_dict:
+            for key, value in feed_dict.items():
+                t = self._feed_tensor(key)
+                feeds.append((t, _convert_feed(t, value)))
+        key = (mapper.key, tuple(id(t) for t, _ in feeds))
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._compile(mapper.elements, [t for t, _ in feeds])
+            self._plans[key] = plan
+        values: list[Any] = [None] * plan.n_slots
+        for s, (_, arr) in zip(plan.feed_slots, feeds):
+            values[s] = arr
+        ctx = _RunContext(self, params)
+        i = 0
+        try:
+            with np.errstate(all="ignore"):
+                for i, step in enumerate(plan.steps):  # noqa: B007
+                    step(values, ctx)
+        except OpError:
+            raise
+        except (ValueError, TypeError, IndexError, ArithmeticError, MemoryError) as e:
+            op = plan.ops[i]
+            raise InvalidArgumentError(
+                None, op, f"{op.type} op '{op.name}' failed: {e}") from e
+        if ctx.writes:
+            with self._lock:
+                self._vars.update(ctx.writes)
+        return mapper.build([None if s is None else values[s] for s in plan.fetch_slots])
+
+    def _feed_tensor(self, key: Any) -> Tensor:
+        el = self.graph.as_graph_element(key, allow_tensor=True, allow_operation=False)
+        assert isinstance(el, Tensor)
+        return el
+
+    def _compile(self, elements: list[Tensor | Operation], fed: list[Tensor]) -> _Plan:
+        fed_ids = {id(t) for t in fed}
+        needed: dict[int, Operation] = {}
+        stack: list[Operation] = []
+        for el in elements:
+            if isinstance(el, Tensor):
+                if id(el) not in fed_ids:
+                    stack.append(el.op)
+            else:
+                stack.append(el)
+        while stack:
+            op = stack.pop()
+            if id(op) in needed:
+                continue
+            needed[id(op)] = op
+            refs = get_op_def(op.type).ref_inputs
+            for i, t in enumerate(op.inputs):
+                if i not in refs and id(t) not in fed_ids:
+                    stack.append(t.op)
+            stack.extend(op.control_inputs)
+        ordered = sorted(needed.values(), key=lambda o: o._id)
+        slot: dict[int, int] = {}
+        for t in fed:
+            slot.setdefault(id(t), len(slot))
+        for op in ordered:
+            for t in op.outputs:
+                slot.setdefault(id(t), len(slot))
+        steps: list[_Step] = []
+        step_ops: list[Operation] = []
+        for op in ordered:
+            if all(id(t) in fed_ids for t in op.outputs) and op.outputs:
+                continue
+            st = _make_step(op, slot, fed_ids)
+            if st is not None:
+                steps.append(st)
+                step_ops.append(op)
+        fetch_slots = [slot[id(el)] if isinstance(el, Tensor) else None for el in elements]
+        return _Plan(steps, step_ops, [slot[id(t)] for t in fed], fetch_slots, len(slot))
+
+    # ---------------------------------------------------------------- misc
+    def list_devices(self) -> list[str]:
+        return ["/device:CPU:0"]
+
+    @property
+    def sess_str(self) -> str:
+        return ""
+
+
+class InteractiveSession(Session):
+    """A session that installs itself as the default session until closed."""
+
+    def __init__(self, target: str = "", graph: Graph | None = None, config: Any = None):
+        super().__init__(target, graph, config)
+        self._ctx = self.as_default()
+        self._ctx.__enter__()
+
+    def close(self) -> None:
+        if getattr(self, "_ctx", None) is not None:
+            self._ctx.__exit__(None, None, None)
+            self._ctx = None
+        super().close()
+
+
+def _convert_feed(t: Tensor, value: Any) -> np.ndarray:
+    want = t.dtype.np
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError) as e:
+        raise InvalidArgumentError(
+            None, t.op, f"Cannot feed value for Tensor '{t.name}': {e}") from None
+    if arr.dtype != want:
+        if arr.dtype.kind not in "biufc" or not (
+                np.can_cast(arr.dtype, want, "same_kind")
+                or (arr.dtype.kind in "iub" and want.kind in "iu")):
+            raise InvalidArgumentError(
+                None, t.op, f"Cannot feed value of dtype {arr.dtype} for Tensor '{t.name}', which "
+                f"has dtype {t.dtype.name}.")
+        arr = arr.astype(want)
+    if not t.shape.is_compatible_with(arr.shape):
+        shape = "(" + ", ".join(str(d) for d in arr.shape) + ("," if arr.ndim == 1 else "") + ")"
+        raise InvalidArgumentError(
+            None, t.op, f"Cannot feed value of shape {shape} for Tensor '{t.name}', which has "
+            f"shape '{t.shape}'")
+    return arr
+
+
+_SESSIONS = threading.local()
+
+
+def _session_stack() -> list[Session]:
+    s = getattr(_SESSIONS, "stack", None)
+    if s is None:
+        s = _SESSIONS.stack = []
+    return s
+
+
+def get_default_session() -> Session | None:
+    """The innermost ``with sess.as_default()`` session in this thread, or None."""
+    s = _session_stack()
+    return s[-1] if s else None
+
+
+_ = CkptsyncTypeError

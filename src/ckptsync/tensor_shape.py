@@ -1,0 +1,155 @@
+"""Static shapes with unknown dimensions, as TF1's ``tf.TensorShape``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from .errors import CkptsyncValueError
+
+__all__ = ["TensorShape", "broadcast_static_shape"]
+
+
+class TensorShape:
+    """A possibly partial shape: ``None`` rank (unknown) or dims that are int or ``None``.
+
+    Example:
+        >>> TensorShape([None, 64]).as_list()
+        [None, 64]
+    """
+
+    __slots__ = ("_dims",)
+
+    def __init__(self, dims: Any):
+        if isinstance(dims, TensorShape):
+            self._dims: tuple[int | None, ...] | None = dims._dims
+        elif dims is None:
+            self._dims = None
+        elif isinstance(dims, int):
+            self._dims = (dims,)
+        else:
+            out: list[int | None] = []
+            for d in dims:
+                if d is None:
+                    out.append(None)
+                    continue
+                di = int(d)
+                if di == -1:
+                    out.append(None)
+                elif di < 0:
+                    raise CkptsyncValueError(f"Dimension {d} must be >= 0 in shape {dims}.")
+                else:
+                    out.append(di)
+            self._dims = tuple(out)
+
+    @property
+    def ndims(self) -> int | None:
+        return None if self._dims is None else len(self._dims)
+
+    rank = ndims
+
+    @property
+    def dims(self) -> tuple[int | None, ...] | None:
+        return self._dims
+
+    def as_list(self) -> list[int | None]:
+        """The dims as a list (``None`` for unknown ones).
+
+        Raises:
+            ValueError: the rank is unknown.
+        """
+        if self._dims is None:
+            raise CkptsyncValueError("as_list() is not defined on an unknown TensorShape.")
+        return list(self._dims)
+
+    def is_fully_defined(self) -> bool:
+        return self._dims is not None and all(d is not None for d in self._dims)
+
+    def num_elements(self) -> int | None:
+        if not self.is_fully_defined():
+            return None
+        n = 1
+        for d in self._dims or ():
+            n *= d  # type: ignore[operator]
+        return n
+
+    def is_compatible_with(self, other: Any) -> bool:
+        other = TensorShape(other)
+        if self._dims is None or other._dims is None:
+            return True
+        if len(self._dims) != len(other._dims):
+            return False
+        return all(a is None or b is None or a == b for a, b in zip(self._dims, other._dims))
+
+    def merge_with(self, other: Any) -> TensorShape:
+        """The most specific shape compatible with both.
+
+        Raises:
+            ValueError: the shapes are incompatible.
+        """
+        other = TensorShape(other)
+        if self._dims is None:
+            return other
+        if other._dims is None:
+            return self
+        if not self.is_compatible_with(other):
+            raise CkptsyncValueError(f"Shapes {self} and {other} are not compatible")
+        return TensorShape([a if a is not None else b for a, b in zip(self._dims, other._dims)])
+
+    def __len__(self) -> int:
+        if self._dims is None:
+            raise CkptsyncValueError("Cannot take the length of shape with unknown rank.")
+        return len(self._dims)
+
+    def __iter__(self) -> Iterator[int | None]:
+        if self._dims is None:
+            raise CkptsyncValueError("Cannot iterate over a shape with unknown rank.")
+        return iter(self._dims)
+
+    def __getitem__(self, key: Any) -> Any:
+        if self._dims is None:
+            return None if isinstance(key, int) else TensorShape(None)
+        if isinstance(key, slice):
+            return TensorShape(self._dims[key])
+        return self._dims[key]
+
+    def __eq__(self, other: object) -> bool:
+        try:
+            return self._dims == TensorShape(other)._dims
+        except (TypeError, ValueError):
+            return False
+
+    def __hash__(self) -> int:
+        return hash(self._dims)
+
+    def __repr__(self) -> str:
+        return f"TensorShape({None if self._dims is None else list(self._dims)})"
+
+    def __str__(self) -> str:
+        if self._dims is None:
+            return "<unknown>"
+        inner = ", ".join("?" if d is None else str(d) for d in self._dims)
+        return f"({inner},)" if len(self._dims) == 1 else f"({inner})"
+
+
+def broadcast_static_shape(a: TensorShape, b: TensorShape) -> TensorShape | None:
+    """numpy broadcasting on static shapes; ``None`` if they cannot broadcast."""
+    if a.dims is None or b.dims is None:
+        return TensorShape(None)
+    da, db = list(a.dims), list(b.dims)
+    n = max(len(da), len(db))
+    da = [1] * (n - len(da)) + da
+    db = [1] * (n - len(db)) + db
+    out: list[int | None] = []
+    for x, y in zip(da, db):
+        if x == 1:
+            out.append(y)
+        elif y == 1:
+            out.append(x)
+        elif x is None or y is None:
+            out.append(x if y is None else y)
+        elif x == y:
+            out.append(x)
+        else:
+            return None
+    return TensorShape(out)

@@ -1,0 +1,56 @@
+"""``cs.train``: optimizers, the global step, ``Saver``, checkpoint helpers, hooks and
+monitored sessions, as TF1's ``tf.train``."""
+
+from ..checkpoint import (  # noqa: F401
+    CheckpointReader,
+    checkpoint_exists,
+    checkpoints_iterator,
+    generate_checkpoint_state_proto,
+    get_checkpoint_mtimes,
+    get_checkpoint_state,
+    latest_checkpoint,
+    list_variables,
+    load_checkpoint,
+    load_variable,
+    remove_checkpoint,
+    update_checkpoint_state,
+)
+from ..checkpoint import NewCheckpointReader  # noqa: F401
+from .basic_hooks import (  # noqa: F401
+    CheckpointSaverHook,
+    CheckpointSaverListener,
+    FinalOpsHook,
+    LoggingTensorHook,
+    NanLossDuringTrainingError,
+    NanTensorHook,
+    SecondOrStepTimer,
+    StepCounterHook,
+    StopAtStepHook,
+)
+from .monitored_session import (  # noqa: F401
+    ChiefSessionCreator,
+    MonitoredSession,
+    MonitoredTrainingSession,
+    Scaffold,
+    SingularMonitoredSession,
+    WorkerSessionCreator,
+)
+from .optimizer import (  # noqa: F401
+    AdamOptimizer,
+    GradientDescentOptimizer,
+    MomentumOptimizer,
+    Optimizer,
+)
+from .saver import Saver  # noqa: F401
+from .session_run_hook import (  # noqa: F401
+    SessionRunArgs,
+    SessionRunContext,
+    SessionRunHook,
+    SessionRunValues,
+)
+from .training_util import (  # noqa: F401
+    create_global_step,
+    get_global_step,
+    get_or_create_global_step,
+    global_step,
+)

@@ -1,0 +1,292 @@
+"""Optimizers with slot variables, as TF1's ``tf.train.Optimizer`` family.
+
+Slots are global, non-trainable variables named ``<var op name>/<optimizer name>`` (Adam:
+``w/Adam`` for m and ``w/Adam_1`` for v; Momentum: ``w/Momentum``), and Adam keeps the
+non-slot variables ``beta1_power`` and ``beta2_power``, exactly as TF1, so checkpoints carry
+the full optimizer state. Each variable update is one fused kernel beside its formula.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes as _dtypes
+from ..errors import CkptsyncTypeError, CkptsyncValueError
+from ..gradients import gradients
+from ..graph import GraphKeys, Operation, Tensor, get_default_graph
+from ..initializers import constant_initializer, zeros_initializer
+from ..ops._registry import register
+from ..ops.array_ops import convert_to_tensor
+from ..ops.state_ops import assign, assign_add, group
+from ..variable_scope import get_variable, variable_scope
+from ..variables import Variable, trainable_variables
+
+__all__ = ["Optimizer", "GradientDescentOptimizer", "MomentumOptimizer", "AdamOptimizer"]
+
+
+# --------------------------------------------------------------------- fused kernels
+def _scalar(x: np.ndarray, dtype: Any) -> Any:
+    return np.asarray(x, dtype=dtype)
+
+
+@register("ApplyGradientDescent", kind="stateful", ref_inputs=(0,))
+def _apply_gd(ctx: Any, op: Operation, _v: None, lr: np.ndarray, grad: np.ndarray) -> np.ndarray:
+    # var -= lr * grad
+    name = op.inputs[0].op.name
+    var = ctx.read(name)
+    new = var - _scalar(lr, var.dtype) * grad
+    ctx.write(name, new)
+    return new
+
+
+@register("ApplyMomentum", kind="stateful", ref_inputs=(0, 1))
+def _apply_momentum(ctx: Any, op: Operation, _v: None, _a: None, lr: np.ndarray,
+                    grad: np.ndarray, momentum: np.ndarray) -> np.ndarray:
+    # accum = momentum * accum + grad
+    # var -= lr * accum                          (use_nesterov=False)
+    # var -= lr * (grad + momentum * accum)      (use_nesterov=True)
+    vname, aname = op.inputs[0].op.name, op.inputs[1].op.name
+    var, accum = ctx.read(vname), ctx.read(aname)
+    lr_, mu = _scalar(lr, var.dtype), _scalar(momentum, var.dtype)
+    accum = mu * accum + grad
+    new = var - lr_ * (grad + mu * accum) if op.attrs["use_nesterov"] else var - lr_ * accum
+    ctx.write(aname, accum)
+    ctx.write(vname, new)
+    return new
+
+
+@register("ApplyAdam", kind="stateful", ref_inputs=(0, 1, 2))
+def _apply_adam(ctx: Any, op: Operation, _v: None, _m: None, _s: None, b1p: np.ndarray,
+                b2p: np.ndarray, lr: np.ndarray, b1: np.ndarray, b2: np.ndarray,
+                eps: np.ndarray, grad: np.ndarray) -> np.ndarray:
+    # lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t)
+    # m = beta1 * m + (1 - beta1) * g;  v = beta2 * v + (1 - beta2) * g^2
+    # var -= lr_t * m / (sqrt(v) + epsilon)
+    vn, mn, sn = (op.inputs[i].op.name for i in range(3))
+    var, m, v = ctx.read(vn), ctx.read(mn), ctx.read(sn)
+    dt = var.dtype
+    lr_t = _scalar(lr * np.sqrt(1 - b2p) / (1 - b1p), dt)
+    b1_, b2_ = _scalar(b1, dt), _scalar(b2, dt)
+    m = b1_ * m + (1 - b1_) * grad
+    v = b2_ * v + (1 - b2_) * np.square(grad)
+    new = var - lr_t * m / (np.sqrt(v) + _scalar(eps, dt))
+    ctx.write(mn, m)
+    ctx.write(sn, v)
+    ctx.write(vn, new)
+    return new
+
+
+# --------------------------------------------------------------------- base class
+class Optimizer:
+    """Base class, as ``tf.train.Optimizer``: ``compute_gradients``, ``apply_gradients``,
+    ``minimize``; ``get_slot(var, name)``, ``get_slot_names()``, ``variables()``.
+
+    Raises:
+        ValueError: no variables to optimize, or no gradient for any of them.
+    """
+
+    def __init__(self, use_locking: bool, name: str):
+        if not name:
+            raise CkptsyncValueError("Must specify the optimizer name")
+        self._name = name
+        self._slots: dict[str, dict[str, Variable]] = {}
+        self._non_slot: dict[str, Variable] = {}
+
+    def get_name(self) -> str:
+        return self._name
+
+    def compute_gradients(self, loss: Any, var_list: Any = None, gate_gradients: int = 1,
+                          aggregation_method: Any = None, colocate_gradients_with_ops: bool = False,
+                          grad_loss: Any = None) -> list[tuple[Any, Variable]]:
+        """``[(gradient or None, variable)]`` for ``var_list`` (default: trainable)."""
+        if callable(loss) and not isinstance(loss, Tensor):
+            raise CkptsyncTypeError("compute_gradients: loss must be a Tensor in graph mode.")
+        loss_t = convert_to_tensor(loss)
+        if var_list is None:
+            var_list = trainable_variables() + loss_t.graph.get_collection(
+                "trainable_resource_variables")
+        var_list = list(var_list)
+        if not var_list:
+            raise CkptsyncValueError("No variables to optimize.")
+        for v in var_list:
+            if not isinstance(v, Variable):
+                raise CkptsyncTypeError(f"Argument is not a cs.Variable: {v!r}")
+        grads = gradients(loss_t, var_list, grad_ys=grad_loss)
+        return list(zip(grads, var_list))
+
+    def apply_gradients(self, grads_and_vars: Any, global_step: Any = None,
+                        name: str | None = None) -> Operation:
+        """Applies gradients; increments ``global_step`` after the updates if given.
+
+        Raises:
+            ValueError: no gradient for any variable (names the variables).
+        """
+        gv = [(g, v) for g, v in grads_and_vars]
+        if not gv:
+            raise CkptsyncValueError("No variables provided.")
+        with_grad = [(g, v) for g, v in gv if g is not None]
+        if not with_grad:
+            raise CkptsyncValueError(
+                "No gradients provided for any variable, check your graph for ops that do not "
+                f"support gradients, between variables {[v.name for _, v in gv]} and loss.")
+        graph = get_default_graph()
+        with graph.name_scope(None):
+            self._create_slots([v for _, v in with_grad])
+            self._prepare()
+        with graph.name_scope(name or self._name) as scope:
+            updates = []
+            for g, v in with_grad:
+                with graph.name_scope("update_" + v.op.name):
+                    updates.append(self._apply_dense(convert_to_tensor(g), v))
+            finish = self._finish(updates, scope.rstrip("/"))
+            if global_step is None:
+                return finish
+            with graph.control_dependencies([finish]):
+                inc = assign_add(global_step, np.asarray(1, global_step.dtype.np))
+            return group(finish, inc, name=scope.rstrip("/") + "_step")
+
+    def minimize(self, loss: Any, global_step: Any = None, var_list: Any = None,
+                 gate_gradients: int = 1, aggregation_method: Any = None,
+                 colocate_gradients_with_ops: bool = False, name: str | None = None,
+                 grad_loss: Any = None) -> Operation:
+        """``compute_gradients`` then ``apply_gradients``, as TF1."""
+        gv = self.compute_gradients(loss, var_list=var_list, grad_loss=grad_loss)
+        return self.apply_gradients(gv, global_step=global_step, name=name)
+
+    # ---------------------------------------------------------------- slots
+    def _zeros_slot(self, var: Variable, slot_name: str, op_name: str) -> Variable:
+        named = self._slots.setdefault(slot_name, {})
+        if var.op.name in named:
+            return named[var.op.name]
+        with _root_scope():
+            slot = get_variable(f"{var.op.name}/{op_name}", shape=var.shape.as_list(),
+                                dtype=var.dtype, initializer=zeros_initializer(),
+                                trainable=False)
+        named[var.op.name] = slot
+        return slot
+
+    def _non_slot_variable(self, name: str, initial: float, dtype: _dtypes.DType) -> Variable:
+        if name not in self._non_slot:
+            with _root_scope():
+                self._non_slot[name] = get_variable(
+                    name, shape=[], dtype=dtype, initializer=constant_initializer(initial),
+                    trainable=False)
+        return self._non_slot[name]
+
+    def get_slot(self, var: Variable, name: str) -> Variable | None:
+        return self._slots.get(name, {}).get(var.op.name)
+
+    def get_slot_names(self) -> list[str]:
+        return sorted(self._slots)
+
+    def variables(self) -> list[Variable]:
+        out = list(self._non_slot.values())
+        for named in self._slots.values():
+            out.extend(named.values())
+        return out
+
+    # ---------------------------------------------------------------- subclass API
+    def _create_slots(self, var_list: list[Variable]) -> None:
+        pass
+
+    def _prepare(self) -> None:
+        pass
+
+    def _apply_dense(self, grad: Tensor, var: Variable) -> Tensor:
+        raise NotImplementedError
+
+    def _finish(self, update_ops: list[Any], name_scope: str) -> Operation:
+        return group(*update_ops, name=name_scope)
+
+
+def _root_scope() -> Any:
+    from ..variable_scope import _store
+
+    return variable_scope(_store(get_default_graph()).stack[0], auxiliary_name_scope=False)
+
+
+def _const(x: float, dtype: _dtypes.DType, name: str) -> Tensor:
+    return convert_to_tensor(x, dtype=dtype, name=name)
+
+
+class GradientDescentOptimizer(Optimizer):
+    """``var -= learning_rate * grad``, as ``tf.train.GradientDescentOptimizer``."""
+
+    def __init__(self, learning_rate: float, use_locking: bool = False,
+                 name: str = "GradientDescent"):
+        super().__init__(use_locking, name)
+        self._lr = learning_rate
+
+    def _apply_dense(self, grad: Tensor, var: Variable) -> Tensor:
+        lr = _const(self._lr, var.dtype, "learning_rate")
+        return grad.graph.create_op("ApplyGradientDescent", [var._variable, lr, grad],
+                                    [var.dtype], [var.shape]).outputs[0]
+
+
+class MomentumOptimizer(Optimizer):
+    """Momentum (optionally Nesterov), as ``tf.train.MomentumOptimizer``; slot ``Momentum``."""
+
+    def __init__(self, learning_rate: float, momentum: float, use_locking: bool = False,
+                 name: str = "Momentum", use_nesterov: bool = False):
+        super().__init__(use_locking, name)
+        self._lr, self._momentum, self._nesterov = learning_rate, momentum, use_nesterov
+
+    def _create_slots(self, var_list: list[Variable]) -> None:
+        for v in var_list:
+            self._zeros_slot(v, "momentum", self._name)
+
+    def _apply_dense(self, grad: Tensor, var: Variable) -> Tensor:
+        accum = self.get_slot(var, "momentum")
+        assert accum is not None
+        return grad.graph.create_op(
+            "ApplyMomentum", [var._variable, accum._variable,
+                              _const(self._lr, var.dtype, "learning_rate"), grad,
+                              _const(self._momentum, var.dtype, "momentum")],
+            [var.dtype], [var.shape], attrs={"use_nesterov": self._nesterov}).outputs[0]
+
+
+class AdamOptimizer(Optimizer):
+    """Adam with TF1's update rule, as ``tf.train.AdamOptimizer``.
+
+    Slots ``m`` (``<var>/Adam``) and ``v`` (``<var>/Adam_1``); non-slot variables
+    ``beta1_power`` and ``beta2_power`` (initialized to beta1, beta2 and multiplied by them
+    after each step).
+    """
+
+    def __init__(self, learning_rate: float = 0.001, beta1: float = 0.9, beta2: float = 0.999,
+                 epsilon: float = 1e-8, use_locking: bool = False, name: str = "Adam"):
+        super().__init__(use_locking, name)
+        self._lr, self._beta1, self._beta2, self._epsilon = learning_rate, beta1, beta2, epsilon
+
+    def _create_slots(self, var_list: list[Variable]) -> None:
+        dt = var_list[0].dtype
+        self._non_slot_variable("beta1_power", self._beta1, dt)
+        self._non_slot_variable("beta2_power", self._beta2, dt)
+        for v in var_list:
+            self._zeros_slot(v, "m", self._name)
+            self._zeros_slot(v, "v", self._name + "_1")
+
+    def _apply_dense(self, grad: Tensor, var: Variable) -> Tensor:
+        m, v = self.get_slot(var, "m"), self.get_slot(var, "v")
+        assert m is not None and v is not None
+        dt = var.dtype
+        b1p, b2p = self._non_slot["beta1_power"], self._non_slot["beta2_power"]
+        return grad.graph.create_op(
+            "ApplyAdam",
+            [var._variable, m._variable, v._variable, b1p._variable, b2p._variable,
+             _const(self._lr, dt, "learning_rate"), _const(self._beta1, dt, "beta1"),
+             _const(self._beta2, dt, "beta2"), _const(self._epsilon, dt, "epsilon"), grad],
+            [dt], [var.shape]).outputs[0]
+
+    def _finish(self, update_ops: list[Any], name_scope: str) -> Operation:
+        graph = get_default_graph()
+        b1p, b2p = self._non_slot["beta1_power"], self._non_slot["beta2_power"]
+        with graph.control_dependencies(update_ops):
+            u1 = assign(b1p, b1p * self._beta1)
+            u2 = assign(b2p, b2p * self._beta2)
+        return group(*update_ops, u1, u2, name=name_scope)
+
+
+_ = GraphKeys

@@ -1,0 +1,290 @@
+"""``Saver``: graph variables <-> HDF5 checkpoints, as TF1's ``tf.train.Saver``.
+
+A checkpoint's identity is its prefix; its data is one HDF5 file ``<prefix>.h5`` written
+by the format layer (:mod:`ckptsync.checkpoint`)::
+
+    ckpts/
+      checkpoint                 state file (TF1 text format, paths relative to ckpts/)
+      model.ckpt-1200.h5         one immutable file per checkpoint
+      model.ckpt-1100.h5
+      .model.ckpt-1300.h5.tmp-<pid>-<n>   being written; never read, swept on start
+
+``save`` order (as TF1, made durable): write the data file through a temp file, fsync,
+rename, fsync the directory; then rewrite the state file the same way; then delete what
+``max_to_keep`` evicts. A checkpoint exists for readers only once the state file names it.
+A failed save raises, leaves no partial file, keeps earlier checkpoints and leaves the
+state file as it was. A Saver deletes only files it recorded itself.
+
+Thread-safety: one Saver may be used from one thread at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from .. import checkpoint as ckpt
+from ..errors import (
+    CkptsyncRuntimeError,
+    CkptsyncTypeError,
+    CkptsyncValueError,
+    InvalidArgumentError,
+    NotFoundError,
+)
+from ..graph import GraphKeys, Tensor, get_default_graph
+from ..variables import Variable
+
+__all__ = ["Saver"]
+
+log = logging.getLogger(__name__)
+
+
+def _key_of(v: Any) -> str:
+    if isinstance(v, Variable):
+        return v.op.name
+    if isinstance(v, Tensor) and v.op.type == "VariableV2":
+        return v.op.name
+    raise CkptsyncTypeError(f"Variables to save should be passed in a dict or a list, got an "
+                            f"element {v!r}.")
+
+
+def _build_var_map(var_list: Any) -> dict[str, Any]:
+    if var_list is None:
+        var_list = get_default_graph().get_collection(GraphKeys.GLOBAL_VARIABLES) + \
+            get_default_graph().get_collection("saveable_objects")
+    if isinstance(var_list, Mapping):
+        out: dict[str, Any] = {}
+        seen: dict[int, str] = {}
+        for k, v in var_list.items():
+            _key_of(v)
+            if id(v) in seen:
+                raise CkptsyncValueError(
+                    f"The same saveable will be restored with two names: {seen[id(v)]} and {k}")
+            seen[id(v)] = k
+            out[str(k)] = v
+        return out
+    if not isinstance(var_list, (list, tuple, set)):
+        raise CkptsyncTypeError("Variables to save should be passed in a dict or a list: "
+                                f"{var_list!r}")
+    out = {}
+    for v in var_list:
+        k = _key_of(v)
+        if k in out:
+            raise CkptsyncValueError(f"At least two variables have the same name: {k}")
+        out[k] = v
+    return out
+
+
+class Saver:
+    """Saves and restores variables, as ``tf.train.Saver``.
+
+    Args:
+        var_list: list of variables (keys are their op names) or dict of checkpoint key ->
+            variable; default all ``GLOBAL_VARIABLES``.
+        max_to_keep: newest checkpoints to keep; 0 or None keeps all (and records none).
+        keep_checkpoint_every_n_hours: additionally keep one checkpoint per this many hours.
+        allow_empty: with no variables, ``save`` returns None and ``restore`` does nothing.
+        reshape: restore values whose shape differs but element count matches.
+        pad_step_number: name ``prefix-%08d`` instead of ``prefix-%d``.
+        save_relative_paths: accepted for TF1 compatibility; the state file always stores
+            paths relative to its directory (ckptsync's choice, so directories can move).
+        sharded, write_version, ...: accepted for compatibility; one file is written.
+
+    Raises:
+        ValueError: "No variables to save" (unless allow_empty); duplicate names.
+        TypeError: ``var_list`` is not a list or dict.
+    """
+
+    def __init__(self, var_list: Any = None, reshape: bool = False, sharded: bool = False,
+                 max_to_keep: int | None = 5, keep_checkpoint_every_n_hours: float = 10000.0,
+                 name: str | None = None, restore_sequentially: bool = False,
+                 saver_def: Any = None, builder: Any = None, defer_build: bool = False,
+                 allow_empty: bool = False, write_version: Any = None,
+                 pad_step_number: bool = False, save_relative_paths: bool = False,
+                 filename: str | None = None):
+        if defer_build and var_list is not None:
+            raise CkptsyncValueError(
+                "If `var_list` is provided then build cannot be deferred. Either set defer_build "
+                "to False or var_list to None.")
+        self._var_list_arg = var_list
+        self._reshape = reshape
+        self._allow_empty = allow_empty
+        self._pad = pad_step_number
+        self._filename = filename
+        self._max_to_keep = max_to_keep or 0
+        self._keep_hours = keep_checkpoint_every_n_hours
+        self._retention: Any = None
+        self._var_map: dict[str, Any] | None = None
+        self._is_empty = False
+        if not defer_build:
+            self.build()
+
+    def build(self) -> None:
+        """Resolves the variables to save (done by the constructor unless deferred)."""
+        if self._var_map is not None:
+            return
+        var_map = _build_var_map(self._var_list_arg)
+        if not var_map:
+            if not self._allow_empty:
+                raise CkptsyncValueError("No variables to save")
+            self._is_empty = True
+        self._var_map = var_map
+        self._retention = ckpt.CheckpointRetention(
+            max_to_keep=self._max_to_keep, keep_checkpoint_every_n_hours=self._keep_hours)
+
+    def _map(self) -> dict[str, Any]:
+        if self._var_map is None:
+            raise CkptsyncRuntimeError("`build()` should be called before save if defer_build==True")
+        return self._var_map
+
+    # ---------------------------------------------------------------- bookkeeping
+    @property
+    def last_checkpoints(self) -> list[str]:
+        """Prefixes of the checkpoints this Saver keeps, oldest first."""
+        return list(self._retention.last_checkpoints) if self._retention else []
+
+    def set_last_checkpoints_with_time(self, last_checkpoints_with_time: list[tuple[str, float]]
+                                       ) -> None:
+        self._retention.set_last_checkpoints_with_time(last_checkpoints_with_time)
+
+    def recover_last_checkpoints(self, checkpoint_paths: list[str]) -> None:
+        """Adopts existing checkpoints (timestamp = mtime) so retention can delete them."""
+        self._retention.recover_last_checkpoints(checkpoint_paths)
+
+    # ---------------------------------------------------------------- save
+    def save(self, sess: Any, save_path: str, global_step: Any = None,
+             latest_filename: str | None = None, meta_graph_suffix: str = "meta",
+             write_meta_graph: bool = True, write_state: bool = True,
+             strip_default_attrs: bool = False, save_debug_info: bool = False,
+             metadata: Mapping[str, Any] | None = None) -> str | None:
+        """Writes a checkpoint and returns its prefix (e.g. ``"ckpts/model.ckpt-1200"``).
+
+        Args:
+            sess: the session holding the values.
+            save_path: prefix without step, e.g. ``"ckpts/model.ckpt"``.
+            global_step: int, or a tensor/variable read through ``sess``; appended as
+                ``-<step>``.
+            metadata: JSON-serializable dict stored in the file (ckptsync extension, e.g.
+                the input pipeline's position).
+
+        Raises:
+            ValueError: the parent directory is missing; ``latest_filename`` has a
+                directory part or the prefix collides with it.
+            ResourceExhaustedError, PermissionDeniedError, UnknownError: the write failed
+                (names the path); nothing partial is left and the state file is unchanged.
+        """
+        var_map = self._map()
+        if self._is_empty:
+            return None
+        latest_filename = latest_filename or "checkpoint"
+        if os.path.split(latest_filename)[0]:
+            raise CkptsyncValueError("'latest_filename' must not contain path components")
+        step = None
+        if global_step is not None:
+            step = global_step if isinstance(global_step, (int, np.integer)) else \
+                int(sess.run(global_step))
+            step = int(step)
+            prefix = f"{save_path}-{step:08d}" if self._pad else f"{save_path}-{step}"
+        else:
+            prefix = save_path
+            if os.path.basename(save_path) == latest_filename:
+                raise CkptsyncValueError(
+                    f"'latest_filename' collides with 'save_path': '{latest_filename}' and "
+                    f"'{save_path}'")
+        save_dir = os.path.dirname(prefix) or "."
+        if not os.path.isdir(save_dir):
+            raise CkptsyncValueError(
+                f"Parent directory of {save_path} doesn't exist, can't save.")
+        arrays = sess._read_variables([v.op.name for v in var_map.values()])
+        named = {k: arrays[v.op.name] for k, v in var_map.items()}
+        if step is None:
+            gs = get_default_graph_step(sess, var_map)
+        else:
+            gs = step
+        ckpt.write_checkpoint(prefix, named, global_step=gs, metadata=metadata)
+        if write_state:
+            self._record_and_publish(prefix, save_dir, latest_filename)
+        return prefix
+
+    def _record_and_publish(self, prefix: str, save_dir: str, latest_filename: str) -> None:
+        ret = self._retention
+        evicted = ret.record(prefix, time.time()) if self._max_to_keep else []
+        kept = ret.last_checkpoints if self._max_to_keep else [prefix]
+        ckpt.update_checkpoint_state(save_dir, prefix, all_model_checkpoint_paths=kept,
+                                     latest_filename=latest_filename)
+        for old in evicted:
+            try:
+                ckpt.remove_checkpoint(old)
+            except OSError as e:  # as TF1: logged, not raised
+                log.warning("Ignoring error deleting checkpoint %s: %s", old, e)
+
+    # ---------------------------------------------------------------- restore
+    def restore(self, sess: Any, save_path: str | None) -> None:
+        """Loads every variable of ``var_list`` from checkpoint ``save_path``.
+
+        Raises:
+            ValueError: ``save_path`` is None, or no checkpoint is there ("The passed
+                save_path is not a valid checkpoint: P").
+            NotFoundError: a key is missing ("Key X not found in checkpoint").
+            InvalidArgumentError: a shape or dtype differs (names the variable, both shapes).
+            DataLossError: the file is corrupt or fails its checksums.
+        """
+        var_map = self._map()
+        if self._is_empty:
+            return
+        if save_path is None:
+            raise CkptsyncValueError("Can't load save_path when it is None.")
+        if not ckpt.checkpoint_exists(save_path):
+            raise CkptsyncValueError(f"The passed save_path is not a valid checkpoint: {save_path}")
+        try:
+            values = ckpt.read_checkpoint(save_path, names=list(var_map), verify=True)
+        except NotFoundError as e:
+            raise NotFoundError(
+                None, None,
+                "Restoring from checkpoint failed. This is most likely due to a Variable name or "
+                "other graph key that is missing from the checkpoint. Please ensure that you have "
+                f"not altered the graph expected based on the checkpoint. Original error: {e}"
+            ) from e
+        out: dict[str, np.ndarray] = {}
+        for key, var in var_map.items():
+            arr = values[key]
+            want = tuple(var.shape.as_list())
+            if arr.dtype != var.dtype.np:
+                raise InvalidArgumentError(
+                    None, None,
+                    f"Restoring from checkpoint failed. This is most likely due to a mismatch "
+                    f"between the current graph and the graph from the checkpoint. tensor_name = "
+                    f"{key}; expected dtype {var.dtype.name} does not equal original dtype "
+                    f"{arr.dtype} in checkpoint {save_path}.")
+            if arr.shape != want:
+                if self._reshape and arr.size == int(np.prod(want)):
+                    arr = arr.reshape(want)
+                else:
+                    raise InvalidArgumentError(
+                        None, None,
+                        f"Restoring from checkpoint failed. This is most likely due to a mismatch "
+                        f"between the current graph and the graph from the checkpoint. Assign "
+                        f"requires shapes of both tensors to match. lhs shape= {list(want)} rhs "
+                        f"shape= {list(arr.shape)} for variable {key} in checkpoint {save_path}.")
+            out[var.op.name] = arr
+        sess._write_variables(out)
+
+    def as_saver_def(self) -> dict[str, Any]:
+        return {"max_to_keep": self._max_to_keep,
+                "keep_checkpoint_every_n_hours": self._keep_hours,
+                "filename": self._filename}
+
+
+def get_default_graph_step(sess: Any, var_map: dict[str, Any]) -> int | None:
+    """The graph's global step value in ``sess`` if it exists and is initialized."""
+    from .training_util import get_global_step
+
+    gs = get_global_step(sess.graph)
+    if gs is None or not sess._has_variable(gs.op.name):
+        return None
+    return int(sess._read_variables([gs.op.name])[gs.op.name])

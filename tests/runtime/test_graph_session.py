@@ -1,0 +1,170 @@
+"""Graph building, Session.run semantics and errors."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+
+import ckptsync as cs
+from ckptsync.errors import FailedPreconditionError, InvalidArgumentError
+
+
+def test_names_follow_tf1_scopes():
+    g = cs.Graph()
+    with g.as_default():
+        with cs.name_scope("layer"):
+            c = cs.constant(1.0, name="c")
+            c2 = cs.constant(2.0, name="c")
+        with cs.variable_scope("dense0"):
+            w = cs.get_variable("w", [3, 4])
+    assert c.name == "layer/c:0"
+    assert c2.name == "layer/c_1:0"
+    assert w.name == "dense0/w:0"
+    assert w.op.name == "dense0/w"
+    assert w.get_shape().as_list() == [3, 4]
+    assert w.dtype.base_dtype == cs.float32
+
+
+def test_get_variable_reuse_rules():
+    g = cs.Graph()
+    with g.as_default():
+        with cs.variable_scope("s"):
+            w = cs.get_variable("w", [2])
+        with pytest.raises(ValueError, match="already exists, disallowed"):
+            with cs.variable_scope("s"):
+                cs.get_variable("w", [2])
+        with cs.variable_scope("s", reuse=True):
+            assert cs.get_variable("w", [2]) is w
+            with pytest.raises(ValueError, match="does not exist, or was not created with"):
+                cs.get_variable("missing", [2])
+        with cs.variable_scope("s", reuse=cs.AUTO_REUSE):
+            assert cs.get_variable("w") is w
+            with pytest.raises(ValueError, match="Trying to share variable s/w"):
+                cs.get_variable("w", [3])
+
+
+def test_session_run_nested_structures_and_names():
+    Pair = collections.namedtuple("Pair", "a b")
+    g = cs.Graph()
+    with g.as_default():
+        x = cs.placeholder(cs.float32, [None, 2], name="x")
+        y = cs.reduce_sum(x * 2.0, name="y")
+        z = cs.identity(x, name="z")
+    with cs.Session(graph=g) as sess:
+        feed = {x: [[1.0, 2.0]]}
+        out = sess.run({"y": y, "pair": Pair(y, [z, "y:0"]), "t": (y,)}, feed)
+        assert isinstance(out["pair"], Pair)
+        assert float(out["y"]) == 6.0
+        assert isinstance(out["t"], tuple)
+        np.testing.assert_array_equal(out["pair"].b[0], [[1.0, 2.0]])
+        assert float(out["pair"].b[1]) == 6.0
+        assert sess.run(y.op, feed) is None
+
+
+def test_values_live_in_the_session():
+    g = cs.Graph()
+    with g.as_default():
+        v = cs.Variable(1.0, name="v")
+        inc = cs.assign_add(v, 1.0)
+        init = cs.global_variables_initializer()
+    s1, s2 = cs.Session(graph=g), cs.Session(graph=g)
+    s1.run(init)
+    s2.run(init)
+    s1.run(inc)
+    s1.run(inc)
+    assert float(s1.run(v)) == 3.0
+    assert float(s2.run(v)) == 1.0
+
+
+def test_reads_see_start_of_run_values():
+    g = cs.Graph()
+    with g.as_default():
+        v = cs.Variable(1.0, name="v")
+        upd = cs.assign(v, v * 10.0)
+        read_after = v + 0.0
+        init = cs.global_variables_initializer()
+    with cs.Session(graph=g) as sess:
+        sess.run(init)
+        new, seen = sess.run([upd, read_after])
+        assert float(new) == 10.0 and float(seen) == 1.0
+        assert float(sess.run(v)) == 10.0
+
+
+def test_unfed_placeholder_and_bad_feed_shape_raise_invalid_argument():
+    g = cs.Graph()
+    with g.as_default():
+        x = cs.placeholder(cs.float32, [None, 3], name="x")
+        y = x * 2.0
+    with cs.Session(graph=g) as sess:
+        with pytest.raises(InvalidArgumentError, match="must feed a value for placeholder tensor 'x'"):
+            sess.run(y)
+        with pytest.raises(InvalidArgumentError, match=r"shape \(2, 2\) for Tensor 'x:0'.*\(\?, 3\)"):
+            sess.run(y, {x: np.zeros((2, 2))})
+        with pytest.raises(InvalidArgumentError, match="dtype"):
+            sess.run(y, {x: np.array([["a", "b", "c"]])})
+
+
+def test_uninitialized_variable_read_names_it():
+    g = cs.Graph()
+    with g.as_default():
+        with cs.variable_scope("dense0"):
+            w = cs.get_variable("w", [2])
+    with cs.Session(graph=g) as sess:
+        with pytest.raises(FailedPreconditionError, match="uninitialized value dense0/w"):
+            sess.run(w)
+
+
+def test_finalized_graph_refuses_new_ops():
+    g = cs.Graph()
+    with g.as_default():
+        cs.constant(1.0)
+    g.finalize()
+    with g.as_default(), pytest.raises(RuntimeError, match="finalized"):
+        cs.constant(2.0)
+
+
+def test_params_override_session_values_for_one_run():
+    g = cs.Graph()
+    with g.as_default():
+        v = cs.Variable(np.ones(2, np.float32), name="v")
+        y = cs.reduce_sum(v)
+    sess = cs.Session(graph=g)
+    assert float(sess.run(y, params={"v": np.full(2, 5.0, np.float32)})) == 10.0
+    with pytest.raises(FailedPreconditionError):
+        sess.run(y)
+
+
+def test_matmul_shape_error_names_both_shapes():
+    g = cs.Graph()
+    with g.as_default():
+        a = cs.placeholder(cs.float32, [None, 3])
+        b = cs.constant(np.zeros((4, 2), np.float32))
+        with pytest.raises(ValueError, match=r"\(\?, 3\).*\(4, 2\)"):
+            cs.matmul(a, b)
+
+
+def test_device_strings_are_normalized_and_recorded():
+    g = cs.Graph()
+    with g.as_default():
+        with g.device("cpu:1"):
+            c = cs.constant(1.0)
+        with pytest.raises(ValueError, match="Unknown device type 'tpu'"):
+            with g.device("/tpu:0"):
+                pass
+    assert c.op.device == "/device:CPU:1"
+
+
+def test_seeded_initial_values_are_reproducible():
+    def build():
+        g = cs.Graph()
+        with g.as_default():
+            cs.set_random_seed(7)
+            w = cs.get_variable("w", [4, 5])
+            init = cs.global_variables_initializer()
+        s = cs.Session(graph=g)
+        s.run(init)
+        return s.run(w)
+
+    np.testing.assert_array_equal(build(), build())

@@ -1,0 +1,158 @@
+"""CheckpointSource: events are hints, the state file is the truth, the watcher survives."""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import shutil
+
+import pytest
+
+from ckptsync.serving.source import AspiredVersion, CheckpointSource, parse_version
+
+from .conftest import mlp_params, publish, wait_until
+
+
+class Recorder:
+    def __init__(self):
+        self.calls = queue.Queue()
+
+    def __call__(self, listing):
+        self.calls.put(listing)
+
+    def next(self, timeout_s=5.0):
+        return self.calls.get(timeout=timeout_s)
+
+    def latest_version(self, timeout_s=5.0, want=None):
+        while True:
+            listing = self.next(timeout_s)
+            v = listing.latest.version if listing.latest else None
+            if want is None or v == want:
+                return v
+
+
+def test_parse_version():
+    assert parse_version("ckpts/model.ckpt-1200") == 1200
+    assert parse_version("/a/b-3/model.ckpt") is None
+
+
+def test_events_trigger_callback_on_publish(tmp_path):
+    rec = Recorder()
+    # A long rescan interval: only file events can deliver this quickly.
+    with CheckpointSource(tmp_path, rec, rescan_interval_s=60.0) as source:
+        assert rec.next().latest is None  # initial scan: nothing yet
+        publish(tmp_path, 10)
+        assert rec.latest_version(want=10) == 10
+        publish(tmp_path, 20)
+        assert rec.latest_version(want=20) == 20
+        listing = source.last
+        assert listing.latest == AspiredVersion(20, str(tmp_path / "model.ckpt-20"))
+        assert [a.version for a in listing.available] == [10, 20]
+        assert source.alive
+
+
+def test_callback_only_when_listing_changes(tmp_path):
+    rec = Recorder()
+    publish(tmp_path, 1)
+    with CheckpointSource(tmp_path, rec, rescan_interval_s=0.05) as source:
+        assert rec.next().latest.version == 1
+        for _ in range(3):
+            source.rescan()
+        (tmp_path / "unrelated.txt").write_text("x")
+        with pytest.raises(queue.Empty):
+            rec.next(timeout_s=0.3)
+
+
+def test_polling_mode_without_events(tmp_path):
+    rec = Recorder()
+    with CheckpointSource(tmp_path, rec, poll=True, rescan_interval_s=0.05) as source:
+        rec.next()
+        publish(tmp_path, 5)
+        assert rec.latest_version(want=5) == 5
+        assert source.alive
+
+
+def test_unnamed_and_temp_files_are_not_versions(tmp_path):
+    from ckptsync import checkpoint as ckpt
+
+    rec = Recorder()
+    with CheckpointSource(tmp_path, rec, rescan_interval_s=0.05) as source:
+        rec.next()
+        # A complete file the state file does not name, and a temp file: neither counts.
+        ckpt.write_checkpoint(str(tmp_path / "model.ckpt-7"), mlp_params(7), global_step=7)
+        (tmp_path / ".model.ckpt-8.h5.tmp-123-0").write_bytes(b"partial")
+        with pytest.raises(queue.Empty):
+            rec.next(timeout_s=0.3)
+        assert source.last.latest is None
+
+
+def test_missing_state_target_falls_back_to_newest_existing(tmp_path):
+    rec = Recorder()
+    publish(tmp_path, 1)
+    publish(tmp_path, 2)
+    os.unlink(tmp_path / "model.ckpt-2.h5")  # retention or a hand deletion
+    with CheckpointSource(tmp_path, rec, rescan_interval_s=60.0):
+        listing = rec.next()
+        assert listing.latest.version == 1
+        assert [a.version for a in listing.available] == [1]
+
+
+def test_waits_for_directory_that_does_not_exist_yet(tmp_path):
+    rec = Recorder()
+    directory = tmp_path / "later" / "ckpts"
+    with CheckpointSource(directory, rec, rescan_interval_s=0.05) as source:
+        assert rec.next().latest is None
+        assert source.alive
+        publish(directory, 3)
+        assert rec.latest_version(want=3) == 3
+        # Now watched by events: a publish arrives well before a long rescan would.
+        wait_until(lambda: source._observer_alive())
+        assert source.alive
+
+
+def test_observer_restarted_when_directory_replaced(tmp_path):
+    rec = Recorder()
+    directory = tmp_path / "ckpts"
+    publish(directory, 1)
+    with CheckpointSource(directory, rec, rescan_interval_s=0.05) as source:
+        assert rec.next().latest.version == 1
+        shutil.rmtree(directory)
+        assert rec.latest_version(want=None) is None
+        publish(directory, 2)
+        assert rec.latest_version(want=2) == 2
+        wait_until(lambda: source.observer_restarts >= 1 and source._observer_alive())
+        assert source.alive
+
+
+def test_callback_errors_are_logged_and_watching_continues(tmp_path, caplog):
+    seen = []
+
+    def flaky(listing):
+        seen.append(listing)
+        if len(seen) == 2:
+            raise RuntimeError("boom")
+
+    with caplog.at_level(logging.ERROR, logger="ckptsync.serving.source"):
+        with CheckpointSource(tmp_path, flaky, rescan_interval_s=0.05) as source:
+            publish(tmp_path, 1)
+            wait_until(lambda: len(seen) >= 2)
+            publish(tmp_path, 2)
+            wait_until(lambda: seen[-1].latest is not None and seen[-1].latest.version == 2)
+            assert source.alive
+    assert "boom" in caplog.text
+
+
+def test_close_is_idempotent_and_stops_threads(tmp_path):
+    source = CheckpointSource(tmp_path, lambda listing: None).start()
+    assert source.alive
+    source.close()
+    source.close()
+    assert not source.alive
+    with pytest.raises(RuntimeError, match="closed"):
+        source.start()
+
+
+def test_rejects_bad_interval(tmp_path):
+    with pytest.raises(ValueError, match="rescan_interval_s"):
+        CheckpointSource(tmp_path, print, rescan_interval_s=0)
