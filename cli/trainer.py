@@ -147,7 +147,8 @@ class _Reporter:
             self._shown = p.step
             return
         now = time.monotonic()
-        if now - self._last_line < 1.0 and p.step < p.last_step and p.eval_accuracy is None:
+        interval = 0.25 if self._fmt == "json" else 1.0
+        if now - self._last_line < interval and p.step < p.last_step and p.eval_accuracy is None:
             return
         self._last_line = now
         rec = {"event": "progress", "step": p.step, "loss": round(p.loss, 6),

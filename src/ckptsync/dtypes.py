@@ -11,6 +11,7 @@ are converted to the other operand's dtype.
 
 from __future__ import annotations
 
+import builtins
 from typing import Any
 
 import numpy as np
@@ -65,23 +66,23 @@ class DType:
         return self
 
     @property
-    def is_floating(self) -> bool:
+    def is_floating(self) -> builtins.bool:
         return self._np.kind == "f"
 
     @property
-    def is_integer(self) -> bool:
+    def is_integer(self) -> builtins.bool:
         return self._np.kind in "iu"
 
     @property
-    def is_bool(self) -> bool:
+    def is_bool(self) -> builtins.bool:
         return self._np.kind == "b"
 
     @property
-    def is_complex(self) -> bool:
+    def is_complex(self) -> builtins.bool:
         return self._np.kind == "c"
 
     @property
-    def is_numeric(self) -> bool:
+    def is_numeric(self) -> builtins.bool:
         return self._np.kind in "iufc"
 
     @property
@@ -89,7 +90,7 @@ class DType:
         """Bytes per element."""
         return self._np.itemsize
 
-    def __eq__(self, other: object) -> bool:
+    def __eq__(self, other: object) -> builtins.bool:
         if isinstance(other, DType):
             return self._np == other._np
         try:
@@ -97,7 +98,7 @@ class DType:
         except TypeError:
             return False
 
-    def __ne__(self, other: object) -> bool:
+    def __ne__(self, other: object) -> builtins.bool:
         return not self == other
 
     def __hash__(self) -> int:

@@ -83,8 +83,8 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, name: str = "gradients",
     pending: dict[int, list[Tensor]] = {}
     with graph.name_scope(name):
         for y, gy in zip(y_list, gy_list):
-            g = ones_like(y, name=None) if gy is None else convert_to_tensor(gy, dtype=y.dtype)
-            pending.setdefault(id(y), []).append(g)
+            g0 = ones_like(y, name=None) if gy is None else convert_to_tensor(gy, dtype=y.dtype)
+            pending.setdefault(id(y), []).append(g0)
         for op in reversed(between):
             out_grads = [_aggregate(pending.get(id(t))) for t in op.outputs]
             if all(g is None for g in out_grads):
@@ -101,10 +101,10 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, name: str = "gradients",
                 raise CkptsyncValueError(
                     f"Gradient function for {op.type} returned {len(in_grads)} gradients for "
                     f"{len(op.inputs)} inputs.")
-            for t, g in zip(op.inputs, in_grads):
-                if g is None or id(t) in stops or not (t.dtype.is_floating or t.dtype.is_complex):
+            for t, gi in zip(op.inputs, in_grads):
+                if gi is None or id(t) in stops or not (t.dtype.is_floating or t.dtype.is_complex):
                     continue
-                pending.setdefault(id(t), []).append(g)
+                pending.setdefault(id(t), []).append(gi)
         return [_aggregate(pending.get(id(x))) for x in x_list]
 
 

@@ -142,7 +142,66 @@ class Tensor:
     def __iter__(self) -> Iterator[Any]:
         raise CkptsyncTypeError("Tensor objects are only iterable when eager execution is enabled.")
 
-    # Operator overloads are installed by ckptsync.ops.math_ops (it sits above this module).
+    # Operator overloads delegate to ckptsync.ops.math_ops (imported lazily: it sits above).
+    def __add__(self, other: Any) -> Tensor:
+        return _math().add(self, other)
+
+    def __radd__(self, other: Any) -> Tensor:
+        return _math().add(other, self)
+
+    def __sub__(self, other: Any) -> Tensor:
+        return _math().subtract(self, other)
+
+    def __rsub__(self, other: Any) -> Tensor:
+        return _math().subtract(other, self)
+
+    def __mul__(self, other: Any) -> Tensor:
+        return _math().multiply(self, other)
+
+    def __rmul__(self, other: Any) -> Tensor:
+        return _math().multiply(other, self)
+
+    def __truediv__(self, other: Any) -> Tensor:
+        return _math().divide(self, other)
+
+    def __rtruediv__(self, other: Any) -> Tensor:
+        return _math().divide(other, self)
+
+    def __matmul__(self, other: Any) -> Tensor:
+        return _math().matmul(self, other)
+
+    def __rmatmul__(self, other: Any) -> Tensor:
+        return _math().matmul(other, self)
+
+    def __pow__(self, other: Any) -> Tensor:
+        return _math().pow(self, other)
+
+    def __rpow__(self, other: Any) -> Tensor:
+        return _math().pow(other, self)
+
+    def __neg__(self) -> Tensor:
+        return _math().negative(self)
+
+    def __abs__(self) -> Tensor:
+        return _math().abs(self)
+
+    def __lt__(self, other: Any) -> Tensor:
+        return _math().less(self, other)
+
+    def __le__(self, other: Any) -> Tensor:
+        return _math().less_equal(self, other)
+
+    def __gt__(self, other: Any) -> Tensor:
+        return _math().greater(self, other)
+
+    def __ge__(self, other: Any) -> Tensor:
+        return _math().greater_equal(self, other)
+
+
+def _math() -> Any:
+    from .ops import math_ops
+
+    return math_ops
 
 
 class Operation:

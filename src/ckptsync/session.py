@@ -100,7 +100,8 @@ def _make_step(op: Operation, slot: dict[int, int], fed: set[int]) -> _Step | No
     ins = [None if i in d.ref_inputs else slot[id(t)] for i, t in enumerate(op.inputs)]
     fn = d.kernel
     assert fn is not None
-    attrs = {k: a for k, a in op.attrs.items()}
+    attrs = dict(op.attrs)
+    ins_ = [i for i in ins if i is not None]
     single = len(outs) == 1
     o = outs[0] if outs else -1
     if d.kind == "stateful":
@@ -109,15 +110,15 @@ def _make_step(op: Operation, slot: dict[int, int], fed: set[int]) -> _Step | No
             _store(v, outs, res)
 
         return stateful_step
-    if single and not attrs and len(ins) == 2:
-        a, b = ins
+    if single and not attrs and len(ins_) == 2:
+        a, b = ins_
 
         def step2(v: list[Any], ctx: _RunContext) -> None:
             v[o] = fn(v[a], v[b])
 
         return step2
-    if single and not attrs and len(ins) == 1:
-        a = ins[0]
+    if single and not attrs and len(ins_) == 1:
+        a = ins_[0]
 
         def step1(v: list[Any], ctx: _RunContext) -> None:
             v[o] = fn(v[a])
@@ -125,12 +126,12 @@ def _make_step(op: Operation, slot: dict[int, int], fed: set[int]) -> _Step | No
         return step1
     if single:
         def step_n(v: list[Any], ctx: _RunContext) -> None:
-            v[o] = fn(*[v[i] for i in ins], **attrs)  # type: ignore[index]
+            v[o] = fn(*[v[i] for i in ins_], **attrs)
 
         return step_n
 
     def step_multi(v: list[Any], ctx: _RunContext) -> None:
-        _store(v, outs, fn(*[v[i] for i in ins], **attrs))  # type: ignore[index]
+        _store(v, outs, fn(*[v[i] for i in ins_], **attrs))
 
     return step_multi
 
@@ -337,7 +338,7 @@ class InteractiveSession(Session):
 
     def __init__(self, target: str = "", graph: Graph | None = None, config: Any = None):
         super().__init__(target, graph, config)
-        self._ctx = self.as_default()
+        self._ctx: Any = self.as_default()
         self._ctx.__enter__()
 
     def close(self) -> None:

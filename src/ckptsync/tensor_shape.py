@@ -136,10 +136,10 @@ def broadcast_static_shape(a: TensorShape, b: TensorShape) -> TensorShape | None
     """numpy broadcasting on static shapes; ``None`` if they cannot broadcast."""
     if a.dims is None or b.dims is None:
         return TensorShape(None)
-    da, db = list(a.dims), list(b.dims)
-    n = max(len(da), len(db))
-    da = [1] * (n - len(da)) + da
-    db = [1] * (n - len(db)) + db
+    n = max(len(a.dims), len(b.dims))
+    one: list[int | None] = [1]
+    da = one * (n - len(a.dims)) + list(a.dims)
+    db = one * (n - len(b.dims)) + list(b.dims)
     out: list[int | None] = []
     for x, y in zip(da, db):
         if x == 1:

@@ -19,7 +19,9 @@ def _run(*cmd: str) -> bool:
 def _tmpfs(path: Path, size: str) -> Iterator[bool]:
     """Mounts a tmpfs of ``size`` at ``path`` when running as root; yields success."""
     path.mkdir()
-    mounted = os.geteuid() == 0 and _run("mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path))
+    mounted = os.geteuid() == 0 and _run(
+        "mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)
+    )
     try:
         yield mounted
     finally:

@@ -31,9 +31,11 @@ def good(tmp_path: Path) -> Path:
 def _data_ranges(path: Path) -> dict[str, tuple[int, int]]:
     out = {}
     with h5py.File(path, "r") as f:
+
         def visit(name: str, obj: object) -> None:
             if isinstance(obj, h5py.Dataset) and obj.id.get_offset() is not None:
                 out[name] = (obj.id.get_offset(), obj.id.get_offset() + obj.id.get_storage_size())
+
         f.visititems(visit)
     return out
 
@@ -51,10 +53,14 @@ def test_flipped_byte_in_data_names_the_variable(good: Path) -> None:
     raw = bytearray(good.read_bytes())
     raw[start + 5] ^= 0x40
     good.write_bytes(bytes(raw))
-    with pytest.raises(DataLossError, match=r"model\.ckpt-5\.h5 is corrupt: variable 'dense0/w': checksum mismatch"):
+    with pytest.raises(
+        DataLossError, match=r"model\.ckpt-5\.h5 is corrupt: variable 'dense0/w': checksum mismatch"
+    ):
         read_checkpoint(good)
     # Other variables still read; without verify the damaged bytes come back as they are.
-    np.testing.assert_array_equal(read_checkpoint(good, names=["dense0/b"])["dense0/b"], ARRAYS["dense0/b"])
+    np.testing.assert_array_equal(
+        read_checkpoint(good, names=["dense0/b"])["dense0/b"], ARRAYS["dense0/b"]
+    )
     assert not np.array_equal(read_checkpoint(good, verify=False)["dense0/w"], ARRAYS["dense0/w"])
 
 
@@ -108,7 +114,9 @@ def test_dataset_replaced_with_another_shape(good: Path) -> None:
     with h5py.File(good, "r+") as f:
         del f["dense0/b"]
         f["dense0/b"] = np.ones(5, np.float32)
-    with pytest.raises(DataLossError, match=r"variable 'dense0/b': dataset shape \[5\] != index \[4\]"):
+    with pytest.raises(
+        DataLossError, match=r"variable 'dense0/b': dataset shape \[5\] != index \[4\]"
+    ):
         read_checkpoint(good)
 
 
@@ -116,7 +124,9 @@ def test_dataset_replaced_with_another_dtype(good: Path) -> None:
     with h5py.File(good, "r+") as f:
         del f["dense0/b"]
         f["dense0/b"] = np.ones(4, np.float64)
-    with pytest.raises(DataLossError, match=r"variable 'dense0/b': dataset dtype <f8 != index float32"):
+    with pytest.raises(
+        DataLossError, match=r"variable 'dense0/b': dataset dtype <f8 != index float32"
+    ):
         read_checkpoint(good)
 
 
@@ -171,7 +181,9 @@ def test_every_flipped_metadata_byte_is_caught_or_harmless(good: Path, tmp_path:
     skip = [r for name, r in _data_ranges(good).items() if name != "_ckptsync/index"]
     proc = subprocess.run(
         [sys.executable, "-c", _FLIP_SCRIPT, str(good), str(tmp_path / "scratch.h5"), repr(skip)],
-        capture_output=True, text=True, timeout=240,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     counts = eval(proc.stdout.strip().splitlines()[-1])

@@ -74,7 +74,11 @@ def test_golden_layout_with_plain_h5py(golden_file: Path) -> None:
         index = f["_ckptsync/index"][()].tobytes().decode("utf-8")
         values = {k: f[p][()] for k, p in [("w", "dense0/w/:value"), ("mask", "mask")]}
     assert sorted(root) == [
-        "ckptsync_format_version", "created_unix_s", "global_step", "metadata_json", "writer"
+        "ckptsync_format_version",
+        "created_unix_s",
+        "global_step",
+        "metadata_json",
+        "writer",
     ]
     assert root["ckptsync_format_version"] == ("<i8", 1)
     assert root["global_step"] == ("<i8", 1200)
@@ -84,7 +88,12 @@ def test_golden_layout_with_plain_h5py(golden_file: Path) -> None:
     h = "|S16"
     assert layout == {
         "_ckptsync": ("group", {}),
-        "_ckptsync/index": ("dataset", "|u1", (489,), {"xxh3_64": (h, layout["_ckptsync/index"][3]["xxh3_64"][1])}),
+        "_ckptsync/index": (
+            "dataset",
+            "|u1",
+            (489,),
+            {"xxh3_64": (h, layout["_ckptsync/index"][3]["xxh3_64"][1])},
+        ),
         "dense0": ("group", {}),
         "dense0/b": ("dataset", "<f4", (3,), {"xxh3_64": (h, b"7977fbb9ac817d62")}),
         "dense0/w": ("group", {}),

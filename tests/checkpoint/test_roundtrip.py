@@ -19,8 +19,20 @@ from ckptsync.errors import (
 )
 
 ALL_DTYPES = [
-    np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
-    np.uint64, np.float16, np.float32, np.float64, np.complex64, np.complex128,
+    np.bool_,
+    np.int8,
+    np.int16,
+    np.int32,
+    np.int64,
+    np.uint8,
+    np.uint16,
+    np.uint32,
+    np.uint64,
+    np.float16,
+    np.float32,
+    np.float64,
+    np.complex64,
+    np.complex128,
 ]
 
 
@@ -36,7 +48,9 @@ def _sample(dtype: type, shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("shape", [(), (0,), (3, 0, 2), (7,), (2, 3, 4)], ids=str)
-def test_every_dtype_and_shape_round_trips_exactly(tmp_path: Path, dtype: type, shape: tuple) -> None:
+def test_every_dtype_and_shape_round_trips_exactly(
+    tmp_path: Path, dtype: type, shape: tuple
+) -> None:
     value = _sample(dtype, shape)
     prefix = write_checkpoint(tmp_path / "m", {"v": value})
     out = read_checkpoint(prefix)["v"]
@@ -98,7 +112,10 @@ def test_read_subset_and_missing_names(tmp_path: Path) -> None:
     assert list(read_checkpoint(prefix, names=["b/c"])) == ["b/c"]
     with pytest.raises(NotFoundError, match="Key nope not found in checkpoint"):
         read_checkpoint(prefix, names=["a", "nope"])
-    with CheckpointReader(prefix) as r, pytest.raises(NotFoundError, match="Key b not found in checkpoint"):
+    with (
+        CheckpointReader(prefix) as r,
+        pytest.raises(NotFoundError, match="Key b not found in checkpoint"),
+    ):
         r.get_tensor("b")  # a group, not a variable
 
 
@@ -142,7 +159,9 @@ def test_variable_that_is_also_a_scope_is_stored_at_colon_value(tmp_path: Path) 
     ],
     ids=["str", "bytes", "object", "structured", "datetime", "longdouble"],
 )
-def test_unsupported_dtype_names_key_and_dtype(tmp_path: Path, value: np.ndarray, dtype_text: str) -> None:
+def test_unsupported_dtype_names_key_and_dtype(
+    tmp_path: Path, value: np.ndarray, dtype_text: str
+) -> None:
     if value.dtype == np.float64:  # platforms where longdouble is float64
         pytest.skip("longdouble is float64 here")
     with pytest.raises(CkptsyncTypeError, match=rf"key 'scope/v' has dtype .*{dtype_text}"):
@@ -180,7 +199,9 @@ def test_ten_thousand_variables_list_from_the_index(tmp_path: Path) -> None:
         np.testing.assert_array_equal(r.get_tensor("layer42/v4242"), [4242, 4242])
 
 
-def test_rewriting_a_prefix_replaces_the_inode_and_open_readers_keep_old_data(tmp_path: Path) -> None:
+def test_rewriting_a_prefix_replaces_the_inode_and_open_readers_keep_old_data(
+    tmp_path: Path,
+) -> None:
     prefix = write_checkpoint(tmp_path / "m", {"a": np.zeros(3)})
     old_inode = Path(prefix + ".h5").stat().st_ino
     with CheckpointReader(prefix) as r:

@@ -62,7 +62,7 @@ def os_error_errno(exc: BaseException) -> int | None:
 
 
 def op_error_from_os_error(exc: BaseException, path: str, action: str) -> OpError:
-    """Maps an OSError (or h5py's) to TF's error class, naming ``path`` and the cause.
+    """Maps an OSError (or h5py's error) to TF's error class, naming ``path`` and cause.
 
     ENOSPC/EDQUOT/EFBIG → ResourceExhaustedError; EACCES/EPERM/EROFS →
     PermissionDeniedError; EIO → DataLossError; anything else → UnknownError.
@@ -124,15 +124,11 @@ def publish(final_path: str, write: Callable[[str], None], what: str = "write") 
     except CkptsyncError:
         _remove_quietly(tmp)
         raise
-    except OSError as e:
+    except Exception as e:  # OSError, or h5py's RuntimeError carrying "errno = N"
         _remove_quietly(tmp)
         raise op_error_from_os_error(e, final_path, what) from e
-    except BaseException as e:
+    except BaseException:
         _remove_quietly(tmp)
-        if isinstance(e, Exception):  # h5py's RuntimeError/ValueError while writing
-            raise UnknownError(
-                None, None, f"Failed to {what} {final_path}: {type(e).__name__}: {e}"
-            ) from e
         raise
     try:
         fsync_path(directory, directory=True)

@@ -90,7 +90,7 @@ def hdf5_paths(keys: list[str]) -> dict[str, str]:
     one path, so that variable's dataset is ``<key>/:value`` (``dense0/w/:value``). A
     TF op name never contains ``:``, so this link name cannot collide with a key.
     """
-    scopes = set()
+    scopes: set[str] = set()
     for key in keys:
         parts = key.split("/")
         scopes.update("/".join(parts[:i]) for i in range(1, len(parts)))
@@ -201,9 +201,7 @@ def decode_index(raw: bytes) -> dict[str, IndexEntry]:
         validate_key(name)
         if dtype_name not in ALLOWED_DTYPE_NAMES:
             raise ValueError(f"entry {name!r} has unknown dtype {dtype_name!r}")
-        if not isinstance(shape, list) or not all(
-            type(d) is int and d >= 0 for d in shape
-        ):
+        if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
             raise ValueError(f"entry {name!r} has a bad shape {shape!r}")
         dtype = np.dtype(dtype_name)
         if type(nbytes) is not int or nbytes != int(np.prod(shape, dtype=object)) * dtype.itemsize:

@@ -187,7 +187,9 @@ class CheckpointReader:
         self, ds: h5py.Dataset, entry: _format.IndexEntry, verify: bool, name: str
     ) -> np.ndarray:
         if ds.shape != entry.shape:
-            raise self._loss(f"dataset shape {list(ds.shape or ())} != index {list(entry.shape)}", name)
+            raise self._loss(
+                f"dataset shape {list(ds.shape or ())} != index {list(entry.shape)}", name
+            )
         if ds.dtype.name != entry.dtype.name or ds.dtype.byteorder == ">":
             raise self._loss(f"dataset dtype {ds.dtype.str} != index {entry.dtype.name}", name)
         out = np.empty(entry.shape, dtype=entry.dtype)

@@ -133,7 +133,7 @@ def parse_checkpoint_state(text: str) -> CheckpointState:
     while pos < len(text):
         m = _TOKEN_RE.match(text, pos)
         if not m or m.end() == pos:
-            raise ValueError(f"unexpected text at offset {pos}: {text[pos:pos + 20]!r}")
+            raise ValueError(f"unexpected text at offset {pos}: {text[pos : pos + 20]!r}")
         pos = m.end()
         if m.lastgroup is not None:
             tokens.append((m.lastgroup, m.group(m.lastgroup)))

@@ -36,12 +36,9 @@ MAX_METADATA_BYTES = 60 * 1024
 def _check_global_step(global_step: Any) -> int | None:
     if global_step is None:
         return None
-    if isinstance(global_step, (bool, np.bool_)) or not isinstance(
-        global_step, (int, np.integer)
-    ):
+    if isinstance(global_step, (bool, np.bool_)) or not isinstance(global_step, (int, np.integer)):
         raise CkptsyncTypeError(
-            f"global_step must be an int or None; got {type(global_step).__name__} "
-            f"{global_step!r}."
+            f"global_step must be an int or None; got {type(global_step).__name__} {global_step!r}."
         )
     if not -(2**63) <= int(global_step) < 2**63:
         raise CkptsyncValueError(f"global_step {global_step} does not fit in int64.")

@@ -130,7 +130,7 @@ def load_mnist(directory: str) -> Dataset:
     """
     if not os.path.isdir(directory):
         raise DataError(f"MNIST directory not found: {directory}")
-    parts = {}
+    parts: dict[str, dict[str, np.ndarray]] = {}
     for split, prefix in (("train", "train"), ("test", "t10k")):
         imgs = _read_idx(_find(directory, f"{prefix}-images-idx3-ubyte"), 3)
         lbls = _read_idx(_find(directory, f"{prefix}-labels-idx1-ubyte"), 1)

@@ -77,7 +77,7 @@ def constant(value: Any, dtype: Any = None, shape: Any = None, name: str = "Cons
     dt = _dtypes.as_dtype(dtype) if dtype is not None else None
     arr = _infer_numpy(value, dt)
     if shape is not None:
-        shp = tuple(TensorShape(shape).as_list())
+        shp = tuple(int(d) for d in TensorShape(shape).as_list())  # type: ignore[arg-type]
         if arr.size == 1:
             arr = np.full(shp, arr.reshape(()), dtype=arr.dtype)
         elif arr.size == int(np.prod(shp)):
@@ -214,7 +214,8 @@ def concat(values: Any, axis: int, name: str = "concat") -> Tensor:
         for x in xs[1:]:
             for i, d in enumerate(x.shape.dims or []):
                 if i == ax:
-                    out[i] = None if out[i] is None or d is None else out[i] + d
+                    prev = out[i]
+                    out[i] = None if prev is None or d is None else prev + d
                 elif out[i] is not None and d is not None and out[i] != d:
                     raise CkptsyncValueError(
                         f"concat: dimension {i} of shapes {[str(t.shape) for t in xs]} differ.")

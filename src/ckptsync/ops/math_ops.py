@@ -463,31 +463,3 @@ def cast(x: Any, dtype: Any, name: str | None = None) -> Tensor:
     if t.dtype == dt:
         return t
     return single("Cast", [t], dt, t.shape, name=name, attrs={"dtype": dt})
-
-
-# --------------------------------------------------------------------- operator overloads
-def _install_overloads() -> None:
-    def r(f: Any) -> Any:
-        return lambda self, other: f(other, self)
-
-    Tensor.__add__ = lambda s, o: add(s, o)  # type: ignore[method-assign]
-    Tensor.__radd__ = r(add)  # type: ignore[method-assign]
-    Tensor.__sub__ = lambda s, o: subtract(s, o)  # type: ignore[method-assign]
-    Tensor.__rsub__ = r(subtract)  # type: ignore[method-assign]
-    Tensor.__mul__ = lambda s, o: multiply(s, o)  # type: ignore[method-assign]
-    Tensor.__rmul__ = r(multiply)  # type: ignore[method-assign]
-    Tensor.__truediv__ = lambda s, o: divide(s, o)  # type: ignore[method-assign]
-    Tensor.__rtruediv__ = r(divide)  # type: ignore[method-assign]
-    Tensor.__matmul__ = lambda s, o: matmul(s, o)  # type: ignore[method-assign]
-    Tensor.__rmatmul__ = r(matmul)  # type: ignore[method-assign]
-    Tensor.__pow__ = lambda s, o: pow(s, o)  # type: ignore[method-assign]
-    Tensor.__rpow__ = r(pow)  # type: ignore[method-assign]
-    Tensor.__neg__ = lambda s: negative(s)  # type: ignore[method-assign]
-    Tensor.__abs__ = lambda s: abs(s)  # type: ignore[method-assign]
-    Tensor.__lt__ = lambda s, o: less(s, o)  # type: ignore[method-assign]
-    Tensor.__le__ = lambda s, o: less_equal(s, o)  # type: ignore[method-assign]
-    Tensor.__gt__ = lambda s, o: greater(s, o)  # type: ignore[method-assign]
-    Tensor.__ge__ = lambda s, o: greater_equal(s, o)  # type: ignore[method-assign]
-
-
-_install_overloads()

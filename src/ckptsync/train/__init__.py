@@ -3,6 +3,7 @@ monitored sessions, as TF1's ``tf.train``."""
 
 from ..checkpoint import (  # noqa: F401
     CheckpointReader,
+    NewCheckpointReader,  # noqa: F401
     checkpoint_exists,
     checkpoints_iterator,
     generate_checkpoint_state_proto,
@@ -15,7 +16,6 @@ from ..checkpoint import (  # noqa: F401
     remove_checkpoint,
     update_checkpoint_state,
 )
-from ..checkpoint import NewCheckpointReader  # noqa: F401
 from .basic_hooks import (  # noqa: F401
     CheckpointSaverHook,
     CheckpointSaverListener,

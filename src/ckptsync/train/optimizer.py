@@ -284,8 +284,8 @@ class AdamOptimizer(Optimizer):
         graph = get_default_graph()
         b1p, b2p = self._non_slot["beta1_power"], self._non_slot["beta2_power"]
         with graph.control_dependencies(update_ops):
-            u1 = assign(b1p, b1p * self._beta1)
-            u2 = assign(b2p, b2p * self._beta2)
+            u1 = assign(b1p, b1p.value() * self._beta1)
+            u2 = assign(b2p, b2p.value() * self._beta2)
         return group(*update_ops, u1, u2, name=name_scope)
 
 

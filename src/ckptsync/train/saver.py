@@ -35,6 +35,7 @@ from ..errors import (
     CkptsyncValueError,
     InvalidArgumentError,
     NotFoundError,
+    OpError,
 )
 from ..graph import GraphKeys, Tensor, get_default_graph
 from ..variables import Variable
@@ -184,11 +185,10 @@ class Saver:
         latest_filename = latest_filename or "checkpoint"
         if os.path.split(latest_filename)[0]:
             raise CkptsyncValueError("'latest_filename' must not contain path components")
-        step = None
+        step: int | None = None
         if global_step is not None:
-            step = global_step if isinstance(global_step, (int, np.integer)) else \
+            step = int(global_step) if isinstance(global_step, (int, np.integer)) else \
                 int(sess.run(global_step))
-            step = int(step)
             prefix = f"{save_path}-{step:08d}" if self._pad else f"{save_path}-{step}"
         else:
             prefix = save_path
@@ -220,7 +220,7 @@ class Saver:
         for old in evicted:
             try:
                 ckpt.remove_checkpoint(old)
-            except OSError as e:  # as TF1: logged, not raised
+            except (OSError, OpError) as e:  # as TF1: logged, not raised
                 log.warning("Ignoring error deleting checkpoint %s: %s", old, e)
 
     # ---------------------------------------------------------------- restore

@@ -30,7 +30,12 @@ from ..errors import CkptsyncValueError, InvalidArgumentError
 from ..graph import Graph, GraphKeys
 from ..model_spec import ModeKeys, ModelFileError, load_build_net
 from ..ops.random_ops import set_random_seed
-from .basic_hooks import CheckpointSaverHook, NanLossDuringTrainingError, NanTensorHook, StopAtStepHook
+from .basic_hooks import (
+    CheckpointSaverHook,
+    NanLossDuringTrainingError,
+    NanTensorHook,
+    StopAtStepHook,
+)
 from .monitored_session import ChiefSessionCreator, MonitoredSession, Scaffold
 from .saver import Saver
 from .session_run_hook import SessionRunArgs, SessionRunContext, SessionRunHook, SessionRunValues
@@ -128,7 +133,8 @@ class TrainingSummary:
 class _FiniteSaver(Saver):
     """A Saver that refuses to publish non-finite parameters (never a NaN checkpoint)."""
 
-    def save(self, sess: Any, save_path: str, global_step: Any = None, **kw: Any) -> str | None:
+    def save(self, sess: Any, save_path: str, global_step: Any = None,  # type: ignore[override]
+             **kw: Any) -> str | None:
         names = [v.op.name for v in self._map().values()]
         for name, arr in sess._read_variables(names).items():
             if arr.dtype.kind in "fc" and not np.all(np.isfinite(arr)):

@@ -1,0 +1,85 @@
+"""The main job end to end: a real trainer process, a real server process, real HTTP."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import httpx
+import numpy as np
+
+from ckptsync import checkpoint as ckpt
+from ckptsync.data import load_digits
+
+from .conftest import MODEL, cli, env, wait_for_file
+
+
+def test_served_version_advances_while_trainer_runs_and_every_answer_is_200(tmp_path, procs):
+    ckpt_dir = tmp_path / "ckpts"
+    port_file = tmp_path / "port"
+    server = subprocess.Popen(
+        cli("infer", "serve", "--model", MODEL, "--checkpoint-dir", str(ckpt_dir), "--port", "0",
+            "--port-file", str(port_file), "--model-name", "digits", "--device", "cpu:1"),
+        env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    procs.append(server)
+    port = int(wait_for_file(port_file, server))
+    base = f"http://127.0.0.1:{port}"
+    test = load_digits().test
+    body = {"instances": test["x"].tolist()}
+    with httpx.Client(timeout=30) as client:
+        assert client.get(f"{base}/healthz").status_code == 200
+        # Alive before the first checkpoint exists; predicts are refused with 503.
+        r = client.post(f"{base}/v1/models/digits:predict", json=body)
+        assert r.status_code == 503 and "error" in r.json()
+
+        trainer = subprocess.Popen(
+            cli("trainer", "run", "--model", MODEL, "--data", "digits", "--checkpoint-dir",
+                str(ckpt_dir), "--steps", "400", "--save-every-steps", "50",
+                "--max-steps-per-s", "150", "--device", "cpu:0", "--log-format", "json"),
+            env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        procs.append(trainer)
+        versions, accuracies, statuses = [], [], []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            r = client.post(f"{base}/v1/models/digits:predict", json=body)
+            if r.status_code == 503 and not versions:
+                time.sleep(0.05)
+                continue
+            statuses.append(r.status_code)
+            assert r.status_code == 200, r.text
+            out = r.json()
+            assert r.headers["X-Model-Version"] == str(out["model_version"])
+            versions.append(int(out["model_version"]))
+            preds = np.array([p["classes"] for p in out["predictions"]])
+            accuracies.append(float(np.mean(preds == test["y"])))
+            if trainer.poll() is not None and versions[-1] == 400:
+                break
+            time.sleep(0.1)
+        out, err = trainer.communicate(timeout=30)
+        assert trainer.returncode == 0, err
+        summary = json.loads(out.strip().splitlines()[-1])
+        assert summary["global_step"] == 400
+        assert summary["held_out_accuracy"] >= 0.9
+        status = client.get(f"{base}/v1/models/digits").json()
+    assert set(statuses) == {200}
+    assert versions == sorted(versions), "served versions must never go back"
+    assert versions[0] < versions[-1] == 400
+    assert len(set(versions)) >= 3, f"expected several versions to be served, got {set(versions)}"
+    assert accuracies[-1] >= 0.9 and accuracies[-1] > accuracies[0]
+    assert status["model_version_status"][0] == {
+        "version": "400", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}
+    assert ckpt.latest_checkpoint(str(ckpt_dir)).endswith("model.ckpt-400")
+
+
+def test_demo_command_exits_zero_with_rising_accuracy(tmp_path):
+    r = subprocess.run(
+        cli("main", "demo", "--steps", "300", "--save-every-steps", "50", "--max-steps-per-s",
+            "200", "--interval-s", "0.25", "--checkpoint-dir", str(tmp_path / "ckpts")),
+        env=env(), capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "served version" in r.stdout
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("served accuracy"))
+    first, last = (float(t) for t in line.split("first ")[1].split(" (")[0].split(" -> last "))
+    assert last > first and last >= 0.9
+    assert "0 failures" in line
