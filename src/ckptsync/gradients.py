@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from .errors import CkptsyncTypeError, CkptsyncValueError
 from .graph import Operation, Tensor
 from .ops._registry import get_op_def
-from .ops.array_ops import convert_to_tensor, ones_like
+from .ops.array_ops import constant, convert_to_tensor, ones_like
 from .ops.math_ops import add_n
 
 __all__ = ["gradients"]
@@ -83,7 +85,12 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, name: str = "gradients",
     pending: dict[int, list[Tensor]] = {}
     with graph.name_scope(name):
         for y, gy in zip(y_list, gy_list):
-            g0 = ones_like(y, name=None) if gy is None else convert_to_tensor(gy, dtype=y.dtype)
+            if gy is not None:
+                g0 = convert_to_tensor(gy, dtype=y.dtype)
+            elif y.shape.is_fully_defined():  # a constant: no kernel runs for it
+                g0 = constant(np.ones(y.shape.as_list(), y.dtype.np), name="grad_ys")
+            else:
+                g0 = ones_like(y)
             pending.setdefault(id(y), []).append(g0)
         for op in reversed(between):
             out_grads = [_aggregate(pending.get(id(t))) for t in op.outputs]

@@ -69,15 +69,21 @@ class _RunContext:
 
 
 class _Plan:
-    __slots__ = ("steps", "ops", "feed_slots", "fetch_slots", "n_slots")
+    """A compiled run: kernel calls in order over a flat list of value slots.
+
+    ``template`` holds the constants' values already in their slots, so a run starts from
+    ``template.copy()`` and never calls a kernel for a constant.
+    """
+
+    __slots__ = ("steps", "ops", "feed_slots", "fetch_slots", "template")
 
     def __init__(self, steps: list[_Step], ops: list[Operation], feed_slots: list[int],
-                 fetch_slots: list[int | None], n_slots: int):
+                 fetch_slots: list[int | None], template: list[Any]):
         self.steps = steps
         self.ops = ops
         self.feed_slots = feed_slots
         self.fetch_slots = fetch_slots
-        self.n_slots = n_slots
+        self.template = template
 
 
 def _make_step(op: Operation, slot: dict[int, int], fed: set[int]) -> _Step | None:
@@ -136,6 +142,17 @@ def _make_step(op: Operation, slot: dict[int, int], fed: set[int]) -> _Step | No
     return step_multi
 
 
+def _read_variables_step(reads: list[tuple[int, str]]) -> _Step:
+    """One step that reads every variable the plan needs (start-of-run values)."""
+
+    def step(v: list[Any], ctx: _RunContext) -> None:
+        read = ctx.read
+        for o, name in reads:
+            v[o] = read(name)
+
+    return step
+
+
 def _store(v: list[Any], outs: list[int], res: Any) -> None:
     if len(outs) == 1:
         v[outs[0]] = res
@@ -167,6 +184,7 @@ class Session:
         self._vars: dict[str, np.ndarray] = {}
         self._rngs: dict[str, np.random.Generator] = {}
         self._plans: dict[Any, _Plan] = {}
+        self._mappers: dict[int, FetchMapper] = {}
         self._lock = threading.Lock()
         self._closed = False
         self._default_ctx: Any = None
@@ -249,7 +267,12 @@ class Session:
         """
         if self._closed:
             raise CkptsyncRuntimeError("Attempted to use a closed Session.")
-        mapper = FetchMapper(self.graph, fetches)
+        mapper = self._mappers.get(id(fetches)) if isinstance(fetches, (Tensor, Operation)) \
+            else None
+        if mapper is None:
+            mapper = FetchMapper(self.graph, fetches)
+            if isinstance(fetches, (Tensor, Operation)):
+                self._mappers[id(fetches)] = mapper
         feeds: list[tuple[Tensor, np.ndarray]] = []
         if feed_dict:
             for key, value in feed_dict.items():
@@ -260,7 +283,7 @@ class Session:
         if plan is None:
             plan = self._compile(mapper.elements, [t for t, _ in feeds])
             self._plans[key] = plan
-        values: list[Any] = [None] * plan.n_slots
+        values = plan.template.copy()
         for s, (_, arr) in zip(plan.feed_slots, feeds):
             values[s] = arr
         ctx = _RunContext(self, params)
@@ -314,15 +337,26 @@ class Session:
                 slot.setdefault(id(t), len(slot))
         steps: list[_Step] = []
         step_ops: list[Operation] = []
+        template: list[Any] = [None] * len(slot)
+        var_reads = [(slot[id(op.outputs[0])], op.name) for op in ordered
+                     if op.type == "VariableV2" and id(op.outputs[0]) not in fed_ids]
+        if var_reads:
+            steps.append(_read_variables_step(var_reads))
+            step_ops.append(next(op for op in ordered if op.type == "VariableV2"))
         for op in ordered:
+            if op.type == "VariableV2":
+                continue
             if all(id(t) in fed_ids for t in op.outputs) and op.outputs:
+                continue
+            if op.type == "Const":
+                template[slot[id(op.outputs[0])]] = op.attrs["value"]
                 continue
             st = _make_step(op, slot, fed_ids)
             if st is not None:
                 steps.append(st)
                 step_ops.append(op)
         fetch_slots = [slot[id(el)] if isinstance(el, Tensor) else None for el in elements]
-        return _Plan(steps, step_ops, [slot[id(t)] for t in fed], fetch_slots, len(slot))
+        return _Plan(steps, step_ops, [slot[id(t)] for t in fed], fetch_slots, template)
 
     # ---------------------------------------------------------------- misc
     def list_devices(self) -> list[str]:
@@ -363,7 +397,9 @@ def _convert_feed(t: Tensor, value: Any) -> np.ndarray:
                 None, t.op, f"Cannot feed value of dtype {arr.dtype} for Tensor '{t.name}', which "
                 f"has dtype {t.dtype.name}.")
         arr = arr.astype(want)
-    if not t.shape.is_compatible_with(arr.shape):
+    dims = t.shape.dims
+    if dims is not None and (len(dims) != arr.ndim or any(
+            d is not None and d != n for d, n in zip(dims, arr.shape))):
         shape = "(" + ", ".join(str(d) for d in arr.shape) + ("," if arr.ndim == 1 else "") + ")"
         raise InvalidArgumentError(
             None, t.op, f"Cannot feed value of shape {shape} for Tensor '{t.name}', which has "

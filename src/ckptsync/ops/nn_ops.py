@@ -147,18 +147,20 @@ def bias_add(value: Any, bias: Any, name: str | None = None) -> Tensor:
 
 # --------------------------------------------------------------------- cross-entropy
 def _grad_xent(op: Any, g: Tensor, _g_backprop: Any = None) -> list[Any]:
-    from .array_ops import expand_dims
-
+    # d loss_i / d logits_i = backprop_i (= softmax(logits_i) - labels_i), scaled by g_i.
     backprop = op.outputs[1]
-    grad_logits = multiply(expand_dims(g, -1), backprop)
+    grad_logits = single("XentGrad", [g, backprop], backprop.dtype, backprop.shape)
     if op.type == "SparseSoftmaxCrossEntropyWithLogits":
         return [grad_logits, None]
     from .math_ops import negative
 
-    return [grad_logits,
-            multiply(expand_dims(g, -1), negative(single("LogSoftmax", [op.inputs[0]],
-                                                         op.inputs[0].dtype,
-                                                         op.inputs[0].shape)))]
+    log_p = single("LogSoftmax", [op.inputs[0]], op.inputs[0].dtype, op.inputs[0].shape)
+    return [grad_logits, single("XentGrad", [g, negative(log_p)], backprop.dtype, backprop.shape)]
+
+
+@register("XentGrad")
+def _xent_grad_kernel(g: np.ndarray, backprop: np.ndarray) -> np.ndarray:
+    return g[..., None] * backprop
 
 
 @register("SparseSoftmaxCrossEntropyWithLogits", grad=_grad_xent)

@@ -8,6 +8,7 @@ the full optimizer state. Each variable update is one fused kernel beside its fo
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -64,14 +65,21 @@ def _apply_adam(ctx: Any, op: Operation, _v: None, _m: None, _s: None, b1p: np.n
     # lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t)
     # m = beta1 * m + (1 - beta1) * g;  v = beta2 * v + (1 - beta2) * g^2
     # var -= lr_t * m / (sqrt(v) + epsilon)
-    vn, mn, sn = (op.inputs[i].op.name for i in range(3))
+    vn, mn, sn = op.attrs["vars"]
     var, m, v = ctx.read(vn), ctx.read(mn), ctx.read(sn)
-    dt = var.dtype
-    lr_t = _scalar(lr * np.sqrt(1 - b2p) / (1 - b1p), dt)
-    b1_, b2_ = _scalar(b1, dt), _scalar(b2, dt)
-    m = b1_ * m + (1 - b1_) * grad
-    v = b2_ * v + (1 - b2_) * np.square(grad)
-    new = var - lr_t * m / (np.sqrt(v) + _scalar(eps, dt))
+    # Python floats are "weak" scalars for numpy: float32 arrays stay float32.
+    b1_, b2_ = float(b1), float(b2)
+    lr_t = float(lr) * math.sqrt(1.0 - float(b2p)) / (1.0 - float(b1p))
+    # New arrays (the old ones may be held by a fetch or a snapshot), updated in place.
+    m = m * b1_
+    m += (1.0 - b1_) * grad
+    v = v * b2_
+    v += (1.0 - b2_) * np.square(grad)
+    step = np.sqrt(v)
+    step += float(eps)
+    np.divide(m, step, out=step)
+    step *= lr_t
+    new = var - step
     ctx.write(mn, m)
     ctx.write(sn, v)
     ctx.write(vn, new)
@@ -278,7 +286,8 @@ class AdamOptimizer(Optimizer):
             [var._variable, m._variable, v._variable, b1p._variable, b2p._variable,
              _const(self._lr, dt, "learning_rate"), _const(self._beta1, dt, "beta1"),
              _const(self._beta2, dt, "beta2"), _const(self._epsilon, dt, "epsilon"), grad],
-            [dt], [var.shape]).outputs[0]
+            [dt], [var.shape],
+            attrs={"vars": (var.op.name, m.op.name, v.op.name)}).outputs[0]
 
     def _finish(self, update_ops: list[Any], name_scope: str) -> Operation:
         graph = get_default_graph()
