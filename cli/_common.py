@@ -1,25 +1,70 @@
-"""Shared CLI plumbing: error-to-exit-code mapping, logging, BLAS threads."""
+"""Shared CLI plumbing for ``trainer``, ``infer`` and ``ckptsync``.
+
+- :class:`OneLineErrorGroup`: every expected error is one line on stderr,
+  ``<command>: error: <message>``, exit code 2 for usage errors and 1 for runtime failures,
+  no traceback.
+- :func:`option`: a click option that can also come from ``CKPTSYNC_<NAME>``.
+- :func:`limit_blas_threads`, :func:`setup_logging`.
+"""
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import sys
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn
 
 import click
 
-F = TypeVar("F", bound=Callable[..., Any])
-
 EXIT_RUNTIME = 1
 EXIT_USAGE = 2
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class CommandError(click.ClickException):
+    """An expected failure: one line, with its exit code (1 runtime, 2 usage)."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_RUNTIME):
+        super().__init__(message)
+        self.exit_code = exit_code
+        self.ctx = click.get_current_context(silent=True)
+
+
+class OneLineErrorGroup(click.Group):
+    """A click group that reports any click error as one line on stderr."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["standalone_mode"] = False
+        try:
+            return super().main(*args, **kwargs)
+        except click.exceptions.Exit as e:
+            sys.exit(e.exit_code)
+        except click.Abort:
+            click.echo(f"{self.name}: aborted", err=True)
+            sys.exit(EXIT_RUNTIME)
+        except click.ClickException as e:
+            ctx = getattr(e, "ctx", None)
+            prog = kwargs.get("prog_name") or click.utils._detect_program_name()
+            where = ctx.command_path if ctx is not None else prog
+            click.echo(f"{where}: error: {e.format_message()}", err=True)
+            sys.exit(e.exit_code)
+
+
+def fail(message: str, code: int = EXIT_RUNTIME) -> NoReturn:
+    """Ends the command with one clear line and ``code``."""
+    raise CommandError(message, code)
+
+
+def option(*names: str, **kw: Any) -> Any:
+    """``click.option`` that also reads ``CKPTSYNC_<LONG_NAME>`` from the environment."""
+    long = next(n for n in names if n.startswith("--")).split("/")[0]
+    env = "CKPTSYNC_" + long.lstrip("-").replace("-", "_").upper()
+    return click.option(*names, envvar=env, show_envvar=True, **kw)
 
 
 def limit_blas_threads(n: int) -> None:
-    """Caps numpy's BLAS threads (small matmuls run far faster on one thread, and the
-    trainer and server often share a machine)."""
+    """Caps numpy's BLAS threads: small matmuls run far faster on one thread, and the
+    trainer and the server often share a machine."""
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(n)
@@ -39,30 +84,3 @@ def setup_logging(level: str = "INFO", fmt: str = "text") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-
-
-def fail(message: str, code: int) -> None:
-    """One clear line on stderr, then exit with ``code`` (no traceback)."""
-    click.echo(f"error: {message}", err=True)
-    sys.exit(code)
-
-
-def handle_errors(usage: tuple[type[BaseException], ...]) -> Callable[[F], F]:
-    """Maps expected library errors to one line and exit code 2 (``usage``) or 1 (others)."""
-    from ckptsync.errors import CkptsyncError
-
-    def deco(fn: F) -> F:
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return fn(*args, **kwargs)
-            except click.exceptions.ClickException:
-                raise
-            except usage as e:
-                fail(str(e), EXIT_USAGE)
-            except (CkptsyncError, OSError) as e:
-                fail(str(e), EXIT_RUNTIME)
-
-        return wrapper  # type: ignore[return-value]
-
-    return deco

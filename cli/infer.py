@@ -14,83 +14,84 @@ import logging
 import os
 import signal
 import socket
-import sys
 import tempfile
 from typing import Any, NoReturn
 
 import click
+
+from ._common import (
+    CONTEXT_SETTINGS,
+    OneLineErrorGroup,
+    fail,
+    limit_blas_threads,
+    option,
+)
 
 __all__ = ["main"]
 
 logger = logging.getLogger("ckptsync.cli.infer")
 
 
-class _OneLineErrors(click.Group):
-    """A click group that reports any click error as one line on stderr."""
-
-    def main(self, *args: Any, **kwargs: Any) -> Any:
-        kwargs["standalone_mode"] = False
-        try:
-            return super().main(*args, **kwargs)
-        except click.exceptions.Exit as e:
-            sys.exit(e.exit_code)
-        except click.Abort:
-            click.echo("infer: aborted", err=True)
-            sys.exit(1)
-        except click.ClickException as e:
-            ctx = getattr(e, "ctx", None)
-            where = f"{ctx.command_path}: " if ctx is not None else "infer: "
-            click.echo(f"{where}error: {e.format_message()}", err=True)
-            sys.exit(e.exit_code)
-
-
-@click.group(cls=_OneLineErrors)
+@click.group(cls=OneLineErrorGroup, context_settings=CONTEXT_SETTINGS)
+@click.version_option(package_name="ckptsync")
 def main() -> None:
     """Serve ckptsync models over TF Serving's REST API."""
 
 
 @main.command()
-@click.option("--model", "model_file", required=True, help="Model file defining build_net.")
-@click.option(
-    "--checkpoint-dir", required=True, help="Directory the trainer saves into (may not exist yet)."
-)
-@click.option("--device", default="cpu:0", show_default=True, help="Device for the graph.")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
-@click.option(
+@option("--model", "model_file", required=True, type=click.Path(dir_okay=False),
+        help="Model file defining build_net(graph, device, mode).")
+@option("--checkpoint-dir", required=True, type=click.Path(file_okay=False),
+        help="Directory the trainer saves into (may not exist yet).")
+@option(
+    "--device", default="cpu:0", show_default=True, help="Device for the graph.")
+@option(
+    "--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@option(
     "--port", type=click.IntRange(0, 65535), default=8501, show_default=True, help="0: any free."
 )
-@click.option("--port-file", default=None, help="Write the bound port here once listening.")
-@click.option("--model-name", default=None, help="Name in URLs [default: model file's stem].")
-@click.option("--poll", is_flag=True, help="Poll the directory (NFS, no inotify).")
-@click.option(
+@option(
+    "--port-file", default=None, help="Write the bound port here once listening.")
+@option(
+    "--model-name", default=None, help="Name in URLs [default: model file's stem].")
+@option(
+    "--poll", is_flag=True, help="Poll the directory (NFS, no inotify).")
+@option(
     "--rescan-interval-s",
     type=click.FloatRange(min=0.001),
     default=1.0,
     show_default=True,
     help="Backstop rescan period, seconds.",
 )
-@click.option(
+@option(
     "--max-request-bytes",
     type=click.IntRange(min=1),
     default=64 * 2**20,
     show_default=True,
     help="Request body cap; larger bodies get 413.",
 )
-@click.option("--max-batch-size", type=click.IntRange(min=1), default=4096, show_default=True)
-@click.option("--allow-nonfinite", is_flag=True, help="Serve checkpoints holding NaN/Inf.")
-@click.option(
+@option(
+    "--max-batch-size", type=click.IntRange(min=1), default=4096, show_default=True,
+              help="Most rows in one predict; more get 400.")
+@option(
+    "--allow-nonfinite", is_flag=True, help="Serve checkpoints holding NaN/Inf.")
+@option(
     "--drain-timeout-s",
     type=click.IntRange(min=0),
     default=30,
     show_default=True,
     help="On SIGTERM, wait this long for in-flight requests.",
 )
-@click.option(
+@option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
     default="info",
     show_default=True,
+    help="Log level of the server and its loader.",
 )
+@option(
+    "--intra-op-threads", default=1, show_default=True, type=click.IntRange(min=1),
+              help="BLAS threads for numpy.")
 def serve(
     model_file: str,
     checkpoint_dir: str,
@@ -106,8 +107,10 @@ def serve(
     allow_nonfinite: bool,
     drain_timeout_s: int,
     log_level: str,
+    intra_op_threads: int,
 ) -> None:
-    """Serve MODEL with parameters from the newest checkpoint in CHECKPOINT_DIR."""
+    """Serve --model with the parameters of the newest checkpoint in --checkpoint-dir."""
+    limit_blas_threads(intra_op_threads)
     if not os.path.isfile(model_file):
         raise click.BadParameter(f"{model_file} is not a file", param_hint="'--model'")
     if os.path.exists(checkpoint_dir) and not os.path.isdir(checkpoint_dir):
@@ -208,7 +211,7 @@ def _write_atomically(path: str, text: str) -> None:
 
 
 def _fail(message: str) -> NoReturn:
-    raise click.ClickException(message)  # exit 1, one line
+    fail(message)  # exit 1, one line
 
 
 if __name__ == "__main__":

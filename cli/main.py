@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import click
 
+from ._common import CONTEXT_SETTINGS, OneLineErrorGroup
 from .demo import demo
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=OneLineErrorGroup, context_settings=CONTEXT_SETTINGS)
 @click.version_option(package_name="ckptsync")
 def main() -> None:
     """ckptsync: keep a serving copy of a model in sync with a model that is training."""
@@ -16,4 +17,4 @@ def main() -> None:
 main.add_command(demo)
 
 if __name__ == "__main__":
-    main()
+    main(prog_name="ckptsync")

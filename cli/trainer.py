@@ -18,17 +18,22 @@ from typing import Any
 
 import click
 
-from ._common import EXIT_RUNTIME, EXIT_USAGE, fail, limit_blas_threads, setup_logging
+from ._common import (
+    CONTEXT_SETTINGS,
+    EXIT_RUNTIME,
+    EXIT_USAGE,
+    OneLineErrorGroup,
+    fail,
+    limit_blas_threads,
+    setup_logging,
+)
+from ._common import option as _opt
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=OneLineErrorGroup, context_settings=CONTEXT_SETTINGS)
+@click.version_option(package_name="ckptsync")
 def main() -> None:
-    """The ckptsync trainer."""
-
-
-def _opt(*names: str, **kw: Any) -> Any:
-    env = "CKPTSYNC_" + names[0].lstrip("-").split("/")[0].replace("-", "_").upper()
-    return click.option(*names, envvar=env, show_envvar=True, **kw)
+    """The ckptsync trainer: train a model file, publishing TF1-style checkpoints."""
 
 
 @main.command("run")
@@ -41,7 +46,8 @@ def _opt(*names: str, **kw: Any) -> Any:
 @_opt("--device", default="cpu:0", show_default=True, help="TF device name, e.g. cpu:0.")
 @_opt("--steps", default=2000, show_default=True, type=click.IntRange(min=1),
       help="Train until this global step.")
-@_opt("--batch-size", default=64, show_default=True, type=click.IntRange(min=1))
+@_opt("--batch-size", default=64, show_default=True, type=click.IntRange(min=1),
+      help="Rows per training step.")
 @_opt("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=None,
       help="Passed to build_net(learning_rate=...).")
 @_opt("--save-every-steps", type=click.IntRange(min=1), default=None,
@@ -57,7 +63,11 @@ def _opt(*names: str, **kw: Any) -> Any:
       help="Held-out accuracy every N steps (0: only at the end).")
 @_opt("--max-steps-per-s", type=click.FloatRange(min=0, min_open=True), default=None,
       help="Throttle training (demos; sharing a machine).")
-@_opt("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@_opt("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+      help="json: progress and summary as JSON lines on stdout.")
+@_opt("--log-level", type=click.Choice(["debug", "info", "warning", "error"],
+                                       case_sensitive=False), default="info", show_default=True,
+      help="Log level (logs go to stderr).")
 @_opt("--intra-op-threads", default=1, show_default=True, type=click.IntRange(min=1),
       help="BLAS threads for numpy.")
 def run(**kw: Any) -> None:
@@ -69,12 +79,12 @@ def run(**kw: Any) -> None:
     from ckptsync.train.trainer import TrainerOptions, run_training
 
     log_format = kw.pop("log_format")
-    setup_logging("INFO" if log_format == "text" else "WARNING", log_format)
+    setup_logging(kw.pop("log_level"), log_format)
     limit_blas_threads(kw.pop("intra_op_threads"))
     try:
         opts = TrainerOptions(**kw)
     except CkptsyncValueError as e:
-        raise click.UsageError(str(e)) from None
+        fail(str(e), EXIT_USAGE)
     try:
         os.makedirs(opts.checkpoint_dir, exist_ok=True)
     except OSError as e:
@@ -103,6 +113,10 @@ def run(**kw: Any) -> None:
         report.close()
         fail(str(e), EXIT_RUNTIME)
     report.close()
+    if summary.stopped_by_signal:
+        name = "SIGINT" if received and received[-1] == signal.SIGINT else "SIGTERM"
+        click.echo(f"interrupted by {name}: saved a final checkpoint at step "
+                   f"{summary.global_step}", err=True)
     result = {
         "event": "summary", "global_step": summary.global_step, "steps_run": summary.steps_run,
         "final_loss": summary.final_loss, "held_out_accuracy": summary.held_out_accuracy,
@@ -157,9 +171,9 @@ class _Reporter:
         if self._fmt == "json":
             click.echo(json.dumps(rec))
         else:
-            sps = f"{p.steps_per_s:.0f}" if p.steps_per_s else "-"
+            sps = f"{p.steps_per_s:.0f} steps/s" if p.steps_per_s else "starting"
             extra = "" if p.eval_accuracy is None else f" held-out accuracy {p.eval_accuracy:.4f}"
-            click.echo(f"step {p.step}/{p.last_step} loss {p.loss:.4f} {sps} steps/s last "
+            click.echo(f"step {p.step}/{p.last_step} loss {p.loss:.4f} {sps}, last "
                        f"checkpoint {p.last_checkpoint or '-'}{extra}", err=True)
 
     def close(self) -> None:
@@ -169,4 +183,4 @@ class _Reporter:
 
 
 if __name__ == "__main__":
-    main()
+    main(prog_name="trainer")

@@ -107,7 +107,7 @@ class VariableScope:
                      **kwargs: Any) -> Variable:
         full = f"{self._name}/{name}" if self._name else name
         return _store(get_default_graph()).get_variable(
-            full, shape, dtype if dtype is not None else self._dtype,
+            full, shape, dtype if dtype is not None else _ScopeDtype(self._dtype),
             initializer if initializer is not None else self._initializer,
             regularizer if regularizer is not None else self._regularizer,
             reuse if reuse else self._reuse, trainable, collections,
@@ -134,6 +134,15 @@ class VariableScope:
         return f"<VariableScope '{self._name}' reuse={self._reuse}>"
 
 
+class _ScopeDtype:
+    """A dtype inherited from the scope (not given explicitly to get_variable)."""
+
+    __slots__ = ("dtype",)
+
+    def __init__(self, dtype: _dtypes.DType):
+        self.dtype = dtype
+
+
 class _Store:
     """Per-graph variables by full name, the scope stack and default-name counts."""
 
@@ -145,6 +154,9 @@ class _Store:
     def get_variable(self, name: str, shape: Any, dtype: Any, initializer: Any,
                      regularizer: Any, reuse: Any, trainable: bool | None, collections: Any,
                      validate_shape: bool = True) -> Variable:
+        explicit = dtype is not None and not isinstance(dtype, _ScopeDtype)
+        if isinstance(dtype, _ScopeDtype):
+            dtype = dtype.dtype
         dt = _dtypes.as_dtype(dtype) if dtype is not None else _dtypes.float32
         shp = TensorShape(shape) if shape is not None else None
         found = self.vars.get(name)
@@ -157,7 +169,7 @@ class _Store:
                 raise CkptsyncValueError(
                     f"Trying to share variable {name}, but specified shape {shp} and found shape "
                     f"{found.shape}.")
-            if dtype is not None and dt != found.dtype:
+            if explicit and dt != found.dtype:
                 raise CkptsyncValueError(
                     f"Trying to share variable {name}, but specified dtype {dt.name} and found "
                     f"dtype {found.dtype.name}.")
@@ -166,7 +178,7 @@ class _Store:
             raise CkptsyncValueError(
                 f"Variable {name} does not exist, or was not created with tf.get_variable(). "
                 "Did you mean to set reuse=tf.AUTO_REUSE in VarScope?")
-        init_value = _initial_value(name, shp, dt, initializer, dtype_given=dtype is not None)
+        init_value = _initial_value(name, shp, dt, initializer, dtype_given=explicit)
         v = Variable(init_value, trainable=trainable, collections=collections, name=name,
                      validate_shape=validate_shape, _exact_name=True,
                      _initializer_scope="Initializer")

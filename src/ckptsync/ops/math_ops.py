@@ -110,7 +110,6 @@ def _grad_pow(op: Any, g: Tensor) -> list[Any]:
     return [sum_to_shape_of(gx, x), sum_to_shape_of(gy, y)]
 
 
-register("Add", grad=_grad_add)(np.add)
 register("AddV2", grad=_grad_add)(np.add)
 register("Sub", grad=_grad_sub)(np.subtract)
 register("Mul", grad=_grad_mul)(np.multiply)

@@ -159,6 +159,10 @@ class _LoopHook(SessionRunHook):
 
     def begin(self) -> None:
         self._gs = get_global_step()
+        self.start_step = 0
+
+    def after_create_session(self, session: Any, coord: Any) -> None:
+        self.start_step = int(session.run(self._gs))
 
     def before_run(self, run_context: SessionRunContext) -> SessionRunArgs:
         return SessionRunArgs({"loss": self._loss, "step": self._gs})
@@ -263,7 +267,8 @@ def run_training(opts: TrainerOptions, on_progress: Callable[[Progress], None] |
                                       checkpoint_dir=opts.checkpoint_dir if opts.resume else None)
         with MonitoredSession(creator, hooks=hooks) as sess:
             train_op = spec.train_op
-            while not sess.should_stop():
+            # A run restored at or past --steps trains no further (no extra step).
+            while not sess.should_stop() and loop.start_step < opts.steps:
                 batch = next(iterator)
                 sess.run(train_op, feed_dict={feeds[k]: v for k, v in batch.items()})
         step = saver_hook.last_saved_step or 0
