@@ -18,9 +18,9 @@ import ckptsync as cs
 from ckptsync.data import BatchIterator, load_digits
 
 try:
-    from _common import alternate, fmt_row, summary, timed
-except ImportError:  # run as a module
     from benchmarks._common import alternate, fmt_row, summary, timed
+except ImportError:  # run as a script: benchmarks/ is on sys.path
+    from _common import alternate, fmt_row, summary, timed  # type: ignore[no-redef]
 
 SIZES = (64, 128, 128, 10)
 BATCH = 64

@@ -106,3 +106,24 @@ def test_adam_training_matches_handwritten_numpy():
     assert int(sess.run(step)) == 20
     names = {v.op.name for v in g.get_collection(cs.GraphKeys.GLOBAL_VARIABLES)}
     assert {"w/Adam", "w/Adam_1", "b/Adam", "b/Adam_1", "beta1_power", "beta2_power"} <= names
+
+
+def test_digits_mlp_matches_handwritten_numpy_step_for_step():
+    """The 64-128-128-10 Adam MLP, same init and batches as a hand-written numpy step."""
+    from benchmarks.bench_train_step import NumpyMLP, build_ckptsync, init_params
+
+    from ckptsync.data import BatchIterator, load_digits
+
+    params = init_params(seed=3)
+    sess, train, loss, x, y = build_ckptsync(params)
+    ref = NumpyMLP(params)
+    it = BatchIterator(load_digits().train, 64, seed=1)
+    for _ in range(30):
+        b = next(it)
+        got_loss = float(sess.run(loss, {x: b["x"], y: b["y"]}))
+        want_loss = ref.step(b["x"], b["y"])
+        sess.run(train, {x: b["x"], y: b["y"]})
+        assert got_loss == pytest.approx(want_loss, rel=1e-4, abs=1e-5)
+    for i, name in enumerate(["dense0/w", "dense0/b", "dense1/w", "dense1/b", "dense2/w",
+                              "dense2/b"]):
+        np.testing.assert_allclose(sess.run(name + ":0"), ref.p[i], rtol=1e-3, atol=1e-5)
