@@ -48,7 +48,7 @@ class FetchMapper:
             return ("seq", type(f), None, [self._flatten(graph, x) for x in f])
         raise CkptsyncTypeError(
             f"Fetch argument {f!r} has invalid type {type(f)}, must be a string or Tensor. "
-            "(Can not convert a {type(f).__name__} into a Tensor or Operation.)")
+            f"(Can not convert a {type(f).__name__} into a Tensor or Operation.)")
 
     def build(self, values: list[Any]) -> Any:
         return _build(self._rebuild, values)

@@ -150,10 +150,15 @@ def load_npz(path: str, feature_names: tuple[str, ...], label_names: tuple[str, 
     """
     if not os.path.isfile(path):
         raise DataError(f"Data file not found: {path}")
+    import zipfile
+
+    if not zipfile.is_zipfile(path):
+        raise DataError(f"{path} is not an .npz file (expected a zip archive of .npy arrays, as "
+                        "np.savez writes).")
     try:
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, zipfile.BadZipFile) as e:
         raise DataError(f"{path} is not a readable .npz file: {e}") from None
     names = tuple(feature_names) + tuple(label_names)
     missing = [n for n in names if n not in arrays]
@@ -161,7 +166,13 @@ def load_npz(path: str, feature_names: tuple[str, ...], label_names: tuple[str, 
         raise DataError(f"{path} lacks arrays {missing}; it has {sorted(arrays)}. Name the arrays "
                         f"after the model's inputs and labels: {list(names)}.")
     n = len(arrays[names[0]])
+    if n == 0:
+        raise DataError(f"{path}: array {names[0]!r} has no rows.")
     for k in names:
+        if arrays[k].dtype.kind not in "biuf":
+            raise DataError(f"{path}: array {k!r} has dtype {arrays[k].dtype}; expected numbers.")
+        if arrays[k].dtype.kind == "f" and not np.all(np.isfinite(arrays[k])):
+            raise DataError(f"{path}: array {k!r} contains NaN or Inf.")
         if len(arrays[k]) != n:
             raise DataError(f"{path}: array {k!r} has {len(arrays[k])} rows, {names[0]!r} has {n}.")
     if all(f"{k}_test" in arrays for k in names):

@@ -215,6 +215,20 @@ def _root_scope() -> Any:
     return variable_scope(_store(get_default_graph()).stack[0], auxiliary_name_scope=False)
 
 
+def _hyper(name: str, value: Any, low: float = 0.0, high: float | None = None,
+           low_open: bool = False) -> float:
+    """Validates a hyperparameter: a finite real number in range (names it if not)."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise CkptsyncTypeError(f"{name} must be a number, got {value!r}.") from None
+    ok = math.isfinite(v) and (v > low if low_open else v >= low) and (high is None or v < high)
+    if not ok:
+        rng = f"{'(' if low_open else '['}{low}, {high if high is not None else 'inf'})"
+        raise CkptsyncValueError(f"{name} must be in {rng}, got {value!r}.")
+    return v
+
+
 def _const(x: float, dtype: _dtypes.DType, name: str) -> Tensor:
     return convert_to_tensor(x, dtype=dtype, name=name)
 
@@ -225,7 +239,7 @@ class GradientDescentOptimizer(Optimizer):
     def __init__(self, learning_rate: float, use_locking: bool = False,
                  name: str = "GradientDescent"):
         super().__init__(use_locking, name)
-        self._lr = learning_rate
+        self._lr = _hyper("learning_rate", learning_rate)
 
     def _apply_dense(self, grad: Tensor, var: Variable) -> Tensor:
         lr = _const(self._lr, var.dtype, "learning_rate")
@@ -239,7 +253,9 @@ class MomentumOptimizer(Optimizer):
     def __init__(self, learning_rate: float, momentum: float, use_locking: bool = False,
                  name: str = "Momentum", use_nesterov: bool = False):
         super().__init__(use_locking, name)
-        self._lr, self._momentum, self._nesterov = learning_rate, momentum, use_nesterov
+        self._lr = _hyper("learning_rate", learning_rate)
+        self._momentum = _hyper("momentum", momentum)
+        self._nesterov = bool(use_nesterov)
 
     def _create_slots(self, var_list: list[Variable]) -> None:
         for v in var_list:
@@ -266,7 +282,10 @@ class AdamOptimizer(Optimizer):
     def __init__(self, learning_rate: float = 0.001, beta1: float = 0.9, beta2: float = 0.999,
                  epsilon: float = 1e-8, use_locking: bool = False, name: str = "Adam"):
         super().__init__(use_locking, name)
-        self._lr, self._beta1, self._beta2, self._epsilon = learning_rate, beta1, beta2, epsilon
+        self._lr = _hyper("learning_rate", learning_rate)
+        self._beta1 = _hyper("beta1", beta1, 0.0, 1.0)
+        self._beta2 = _hyper("beta2", beta2, 0.0, 1.0)
+        self._epsilon = _hyper("epsilon", epsilon)
 
     def _create_slots(self, var_list: list[Variable]) -> None:
         dt = var_list[0].dtype

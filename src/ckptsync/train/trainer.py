@@ -70,6 +70,7 @@ class TrainerOptions:
     resume: bool = True
     eval_every: int = 0
     max_steps_per_s: float | None = None
+    async_save: bool = False
 
     def __post_init__(self) -> None:
         if self.steps <= 0:
@@ -205,7 +206,13 @@ def _call_build_net(build_net: Callable[..., Any], graph: Graph, device: str, mo
                 f"--learning-rate was given but build_net in {path} takes no learning_rate "
                 "argument; add `learning_rate=...` to its signature.")
         kwargs["learning_rate"] = learning_rate
-    return build_net(graph, device, mode, **kwargs)
+    try:
+        return build_net(graph, device, mode, **kwargs)
+    except ModelFileError:
+        raise
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - a user's build_net may raise anything
+        raise ModelFileError(
+            f"build_net in {path} failed: {type(e).__name__}: {e}") from e
 
 
 def _check_feeds(name: str, placeholder: Any, arr: np.ndarray, source: str) -> None:
@@ -253,7 +260,8 @@ def run_training(opts: TrainerOptions, on_progress: Callable[[Progress], None] |
         if restored_meta is not None:
             iterator.restore(restored_meta)
         evaluate = _make_evaluator(spec, data.test)
-        saver = _FiniteSaver(max_to_keep=opts.max_to_keep)
+        saver = _FiniteSaver(max_to_keep=opts.max_to_keep,
+                             **({"async_save": True} if opts.async_save else {}))
         graph.add_to_collection(GraphKeys.SAVERS, saver)
         scaffold = Scaffold(saver=saver)
         saver_hook = CheckpointSaverHook(
