@@ -1,6 +1,8 @@
 """``infer``: serve a model whose parameters follow a training run's checkpoints.
 
     infer serve --model model.py --checkpoint-dir ckpts [--port 8501] [--port-file F]
+                [--poll] [--version N] [--gate gates.py:accuracy] [--admin-token T]
+                [--free-before-load] [--load-timeout-s S] [--max-load-attempts N]
 
 Exit codes: 0 after a clean shutdown (SIGTERM/SIGINT drain in-flight requests first),
 1 for runtime failures (model file fails to build, port in use), 2 for usage errors. An
@@ -76,6 +78,29 @@ def main() -> None:
 @option(
     "--allow-nonfinite", is_flag=True, help="Serve checkpoints holding NaN/Inf.")
 @option(
+    "--version", "pinned_version", type=click.IntRange(min=0), default=None,
+    help="Serve only this version (global step) instead of the latest; "
+    "POST :unpin returns to the latest.")
+@option(
+    "--gate", default=None, metavar="FILE:FUNC",
+    help="FUNC(candidate) -> bool from FILE, called before a new version is served; "
+    "a refused version never replaces the one being served.")
+@option(
+    "--admin-token", default=None,
+    help="Enables POST /v1/models/{name}:pin and :unpin for requests with "
+    "'Authorization: Bearer <token>' (prefer the env var).")
+@option(
+    "--free-before-load", is_flag=True,
+    help="Drop the served version before loading the next: half the peak memory, "
+    "a short unavailability per reload.")
+@option(
+    "--load-timeout-s", type=click.FloatRange(min=0.001), default=300.0, show_default=True,
+    help="A load running longer marks the loader stuck (/healthz 503).")
+@option(
+    "--max-load-attempts", type=click.IntRange(min=1), default=5, show_default=True,
+    help="Loads of a failing version (with backoff) before it is given up until its file "
+    "changes.")
+@option(
     "--drain-timeout-s",
     type=click.IntRange(min=0),
     default=30,
@@ -105,6 +130,12 @@ def serve(
     max_request_bytes: int,
     max_batch_size: int,
     allow_nonfinite: bool,
+    pinned_version: int | None,
+    gate: str | None,
+    admin_token: str | None,
+    free_before_load: bool,
+    load_timeout_s: float,
+    max_load_attempts: int,
     drain_timeout_s: int,
     log_level: str,
     intra_op_threads: int,
@@ -117,6 +148,16 @@ def serve(
         raise click.BadParameter(
             f"{checkpoint_dir} exists and is not a directory", param_hint="'--checkpoint-dir'"
         )
+    if admin_token is not None and not admin_token.strip():
+        raise click.BadParameter("must not be empty", param_hint="'--admin-token'")
+    gate_fn = None
+    if gate is not None:
+        from ckptsync.serving import load_gate
+
+        try:
+            gate_fn = load_gate(gate)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="'--gate'") from None
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -136,12 +177,24 @@ def serve(
     manager = ModelManager(
         servable,
         checkpoint_dir,
+        "latest" if pinned_version is None else pinned_version,
         poll=poll,
         rescan_interval_s=rescan_interval_s,
         allow_nonfinite=allow_nonfinite,
+        gate=gate_fn,
+        max_load_attempts=max_load_attempts,
+        load_timeout_s=load_timeout_s,
+        free_before_load=free_before_load,
     )
     name = model_name or os.path.splitext(os.path.basename(model_file))[0]
-    app = create_app(manager, name, max_request_bytes, max_batch_size, own_manager=True)
+    app = create_app(
+        manager,
+        name,
+        max_request_bytes,
+        max_batch_size,
+        own_manager=True,
+        admin_token=admin_token,
+    )
     config = uvicorn.Config(
         app,
         log_level=log_level.lower(),
@@ -183,7 +236,10 @@ async def _serve(
 
 def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY only on sockets that say they are TCP;
+    # without it a keep-alive client waits ~40 ms (Nagle + delayed ACK) for every answer
+    # after the first.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))

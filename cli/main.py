@@ -6,6 +6,7 @@ import click
 
 from ._common import CONTEXT_SETTINGS, OneLineErrorGroup
 from .demo import demo
+from .inspect_cmd import inspect
 
 
 @click.group(cls=OneLineErrorGroup, context_settings=CONTEXT_SETTINGS)
@@ -15,6 +16,7 @@ def main() -> None:
 
 
 main.add_command(demo)
+main.add_command(inspect)
 
 if __name__ == "__main__":
     main(prog_name="ckptsync")

@@ -61,6 +61,9 @@ def main() -> None:
       help="Continue from the latest checkpoint in --checkpoint-dir.")
 @_opt("--eval-every", default=0, show_default=True, type=click.IntRange(min=0),
       help="Held-out accuracy every N steps (0: only at the end).")
+@_opt("--async-save/--no-async-save", default=False, show_default=True,
+      help="Write checkpoints in a background writer process; training continues once "
+           "the values are copied.")
 @_opt("--max-steps-per-s", type=click.FloatRange(min=0, min_open=True), default=None,
       help="Throttle training (demos; sharing a machine).")
 @_opt("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
@@ -71,7 +74,23 @@ def main() -> None:
 @_opt("--intra-op-threads", default=1, show_default=True, type=click.IntRange(min=1),
       help="BLAS threads for numpy.")
 def run(**kw: Any) -> None:
-    """Train --model on --data, writing checkpoints to --checkpoint-dir."""
+    """Train --model on --data, writing checkpoints to --checkpoint-dir.
+
+    Under mpiexec, one rank per process: rank 0 restores, checkpoints and reports; a rank
+    that fails ends the whole job with its exit code.
+    """
+    from ckptsync import distributed
+    from ckptsync.errors import CkptsyncError
+
+    with distributed.failure_ends_job():
+        try:
+            chief = distributed.rank() == 0
+        except CkptsyncError as e:  # launched by mpiexec without the MPI extra
+            fail(str(e), EXIT_RUNTIME)
+        _run(chief, **kw)
+
+
+def _run(chief: bool, **kw: Any) -> None:
     from ckptsync.data import DataError
     from ckptsync.errors import CkptsyncError, CkptsyncValueError
     from ckptsync.model_spec import ModelFileError
@@ -79,7 +98,8 @@ def run(**kw: Any) -> None:
     from ckptsync.train.trainer import TrainerOptions, run_training
 
     log_format = kw.pop("log_format")
-    setup_logging(kw.pop("log_level"), log_format)
+    log_level = kw.pop("log_level")
+    setup_logging(log_level if chief else "warning", log_format)
     limit_blas_threads(kw.pop("intra_op_threads"))
     try:
         opts = TrainerOptions(**kw)
@@ -101,7 +121,7 @@ def run(**kw: Any) -> None:
     signal.signal(signal.SIGINT, on_signal)
     report = _Reporter(opts.steps, log_format)
     try:
-        summary = run_training(opts, on_progress=report, stop_event=stop)
+        summary = run_training(opts, on_progress=report if chief else None, stop_event=stop)
     except (ModelFileError, DataError) as e:
         report.close()
         fail(str(e), EXIT_USAGE)
@@ -113,6 +133,8 @@ def run(**kw: Any) -> None:
         report.close()
         fail(str(e), EXIT_RUNTIME)
     report.close()
+    if not chief:
+        return
     if summary.stopped_by_signal:
         name = "SIGINT" if received and received[-1] == signal.SIGINT else "SIGTERM"
         click.echo(f"interrupted by {name}: saved a final checkpoint at step "

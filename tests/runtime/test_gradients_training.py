@@ -111,7 +111,6 @@ def test_adam_training_matches_handwritten_numpy():
 def test_digits_mlp_matches_handwritten_numpy_step_for_step():
     """The 64-128-128-10 Adam MLP, same init and batches as a hand-written numpy step."""
     from benchmarks.bench_train_step import NumpyMLP, build_ckptsync, init_params
-
     from ckptsync.data import BatchIterator, load_digits
 
     params = init_params(seed=3)

@@ -43,10 +43,11 @@ class MLPServable(Servable):
         return self._specs
 
     def run(self, params, inputs):
-        h = np.maximum(inputs["x"] @ params["dense0/w"] + params["dense0/b"], 0)
-        if self.run_hook is not None:
-            self.run_hook()
-        logits = h @ params["dense1/w"] + params["dense1/b"]
+        with np.errstate(all="ignore"):  # NaN/Inf inputs give NaN outputs, as in a graph
+            h = np.maximum(inputs["x"] @ params["dense0/w"] + params["dense0/b"], 0)
+            if self.run_hook is not None:
+                self.run_hook()
+            logits = h @ params["dense1/w"] + params["dense1/b"]
         out = {"logits": logits}
         if "classes" in self._signature.outputs:
             out["classes"] = logits.argmax(axis=1).astype(np.int64)

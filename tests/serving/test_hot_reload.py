@@ -83,3 +83,17 @@ def test_predictions_never_mix_versions_under_reload(tmp_path, model_file):
                 t.join(10)
     assert not bad
     assert len(seen) > 5
+
+
+def test_gate_pin_unpin_in_process(tmp_path):
+    for step in (1, 2):
+        publish(tmp_path, step)
+    gate = lambda candidate: candidate.version != 3  # noqa: E731
+    with HotReloadingModel(MLPServable(), tmp_path, rescan_interval_s=0.05, gate=gate,
+                           max_load_attempts=1) as model:
+        assert model.wait_for_version(2, timeout_s=10) == 2
+        assert model.pin(1) == 1 and model.version == 1
+        model.unpin()
+        publish(tmp_path, 3)
+        publish(tmp_path, 4)
+        assert model.wait_for_version(4, timeout_s=10) == 4

@@ -3,7 +3,8 @@
 TF Serving's nouns, one module each: :mod:`.source` (watch the directory, say which
 versions exist) -> :mod:`.loader` (read + verify one checkpoint into an immutable
 :class:`Snapshot`) -> :mod:`.manager` (version policy, load thread, atomic swap) ->
-:mod:`.http` (the REST app ``infer serve`` runs). :class:`HotReloadingModel` is the
+:mod:`.http` (the REST app ``infer serve`` runs); :mod:`.gate` is the optional user check
+before a version is served. :class:`HotReloadingModel` is the
 in-process API.
 
 Example:
@@ -12,6 +13,7 @@ Example:
     ...     outputs, version = model.predict({"x": x})
 """
 
+from .gate import Candidate, Gate, load_gate
 from .hot_reload import HotReloadingModel
 from .http import create_app
 from .loader import Snapshot, load_snapshot
@@ -23,6 +25,8 @@ from .source import AspiredVersion, AspiredVersions, CheckpointSource
 __all__ = [
     "AspiredVersion",
     "AspiredVersions",
+    "Candidate",
+    "Gate",
     "CheckpointSource",
     "GraphServable",
     "HotReloadingModel",
@@ -35,6 +39,7 @@ __all__ = [
     "VersionPolicy",
     "VersionState",
     "create_app",
+    "load_gate",
     "load_snapshot",
     "validate_inputs",
 ]

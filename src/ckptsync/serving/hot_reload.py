@@ -37,7 +37,8 @@ class HotReloadingModel:
         policy: ``"latest"`` or a pinned version.
         rescan_interval_s: backstop rescan period, seconds.
         allow_nonfinite: accept checkpoints holding NaN/Inf.
-        **manager_kwargs: further :class:`ModelManager` options (retry delays, ...).
+        **manager_kwargs: further :class:`ModelManager` options (``gate``,
+            ``max_load_attempts``, ``load_timeout_s``, ``free_before_load``, retry delays).
 
     Thread-safety: ``predict`` may be called from many threads at once; each call runs on
     one snapshot. Loading happens on a background thread, started here; call
@@ -106,6 +107,14 @@ class HotReloadingModel:
             DeadlineExceededError: not within ``timeout_s`` seconds.
         """
         return self.manager.wait_for_version(step, timeout_s).version
+
+    def pin(self, version: int, timeout_s: float = 10.0) -> int:
+        """Serves ``version`` only (a rollback) once it has loaded; see ``ModelManager.pin``."""
+        return self.manager.pin(version, timeout_s).version
+
+    def unpin(self) -> None:
+        """Follows the latest checkpoint again."""
+        self.manager.unpin()
 
     def status(self) -> list[dict[str, Any]]:
         """TF Serving's ``model_version_status`` list (see ``ModelManager.status``)."""

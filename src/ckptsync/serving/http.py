@@ -5,13 +5,18 @@ Routes (TF Serving's, so its clients work unchanged)::
     POST /v1/models/{name}[/versions/{v}]:predict    {"instances"|"inputs": ...}
     GET  /v1/models/{name}[/versions/{v}]            {"model_version_status": [...]}
     GET  /v1/models/{name}[/versions/{v}]/metadata   the signature
+    POST /v1/models/{name}:pin     {"version": N}    roll back (needs the admin token)
+    POST /v1/models/{name}:unpin                     back to the latest (admin token)
     GET  /healthz   200 while the watcher and loader run     GET /readyz  200 once loaded
     GET  /metrics   Prometheus text (a per-app registry)
 
-Every error is ``{"error": "<one sentence>"}``: bad input 400, unknown model or version
-404, body over ``max_request_bytes`` 413 (checked on Content-Length and while streaming),
-nothing loaded yet 503; anything unexpected is logged and answered 500, and the server
-keeps running.
+Every error is ``{"error": "<one sentence>"}``: bad input 400 (naming the field, what was
+expected and what was given), unknown model or version 404, body over
+``max_request_bytes`` 413 (checked on Content-Length and while streaming), nothing loaded
+yet 503. Admin endpoints: 404 when the app has no admin token, 401 without an
+``Authorization: Bearer`` header, 403 with a wrong token (compared in constant time), 409
+when the version to pin fails to load. Anything unexpected (a bug in a model) is logged and
+answered 500, and the server keeps running.
 
 Where the forward runs: for bodies up to ``inline_max_body_bytes`` (small batches, a few
 microseconds of numpy) decoding, the forward and encoding run inline on the event loop,
@@ -27,8 +32,10 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import hmac
 import json
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -45,6 +52,7 @@ from prometheus_client.registry import Collector
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -69,19 +77,22 @@ _HTTP_STATUS = {
 
 
 class _HttpError(Exception):
-    def __init__(self, status: int, message: str):
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
         super().__init__(message)
-        self.status, self.message = status, message
+        self.status, self.message, self.headers = status, message, headers
+
+
+# allow_nan: TF Serving writes NaN/Infinity for non-finite outputs too.
+_dumps = json.JSONEncoder(allow_nan=True, separators=(",", ":")).encode
+_loads = json.loads
 
 
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    # allow_nan: TF Serving writes NaN/Infinity for non-finite outputs too.
-    data = json.dumps(body, allow_nan=True, separators=(",", ":")).encode()
-    return Response(data, status, headers, media_type="application/json")
+    return Response(_dumps(body).encode(), status, headers, media_type="application/json")
 
 
-def _error(status: int, message: str) -> Response:
-    return _json({"error": message}, status)
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+    return _json({"error": message}, status, headers)
 
 
 class _ManagerCollector(Collector):
@@ -106,7 +117,6 @@ class _ManagerCollector(Collector):
         )
         c.add_metric([self._model, "success"], stats.reloads_succeeded)
         c.add_metric([self._model, "failure"], stats.reloads_failed)
-        yield c
         s = SummaryMetricFamily(
             "ckptsync_load_duration_seconds", "Read+verify time of successful loads", labels=labels
         )
@@ -121,6 +131,44 @@ class _ManagerCollector(Collector):
         )
         last.add_metric(model, stats.last_load_duration_s)
         yield last
+        c.add_metric([self._model, "rejected"], stats.reloads_rejected)
+        yield c
+        snap = self._manager.current
+        age = GaugeMetricFamily(
+            "ckptsync_checkpoint_age_seconds",
+            "Seconds since the served checkpoint's file was written; -1 if none",
+            labels=labels,
+        )
+        age.add_metric(model, -1.0 if snap is None else max(0.0, time.time() - snap.created_unix_s))
+        yield age
+        pinned = self._manager.policy.pinned
+        p = GaugeMetricFamily(
+            "ckptsync_pinned_version", "The pinned version; -1 under the latest policy",
+            labels=labels,
+        )
+        p.add_metric(model, -1 if pinned is None else pinned)
+        yield p
+        health = self._manager.health()
+        watcher, loader = health["watcher"], health["loader"]
+        alive = GaugeMetricFamily(
+            "ckptsync_watcher_alive",
+            "1 while the checkpoint directory watcher (observer and rescan timer) runs",
+            labels=["model", "mode"],
+        )
+        alive.add_metric([self._model, watcher["mode"]], 1 if watcher["alive"] else 0)
+        yield alive
+        restarts = CounterMetricFamily(
+            "ckptsync_watcher_restarts", "Times the watchdog observer was restarted",
+            labels=labels,
+        )
+        restarts.add_metric(model, watcher["restarts"])
+        yield restarts
+        la = GaugeMetricFamily(
+            "ckptsync_loader_alive", "1 while the load thread runs and is not stuck",
+            labels=labels,
+        )
+        la.add_metric(model, 1 if loader["alive"] else 0)
+        yield la
 
 
 class _Api:
@@ -131,10 +179,12 @@ class _Api:
         max_request_bytes: int,
         max_batch_size: int,
         inline_max_body_bytes: int,
+        admin_token: str | None,
     ):
         self.manager, self.model_name = manager, model_name
         self.max_request_bytes, self.max_batch_size = max_request_bytes, max_batch_size
         self.inline_max_body_bytes = inline_max_body_bytes
+        self._admin_token = None if admin_token is None else admin_token.encode()
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
             "ckptsync_http_requests",
@@ -150,39 +200,44 @@ class _Api:
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
         )
         self.registry.register(_ManagerCollector(manager, model_name))
+        self._counters: dict[tuple[str, int], Any] = {}  # labels() children, cached
+
+    def count(self, route: str, status: int) -> None:
+        child = self._counters.get((route, status))
+        if child is None:
+            child = self._counters[(route, status)] = self.requests.labels(route, str(status))
+        child.inc()
 
     def endpoint(
         self, route: str, fn: Callable[[Request], Awaitable[Response]]
     ) -> Callable[[Request], Awaitable[Response]]:
         """Wraps a handler: maps errors to JSON answers and records metrics."""
+        observe = self.latency.labels(route).observe
+        perf_counter = time.perf_counter
 
         async def handler(request: Request) -> Response:
-            start = time.perf_counter()
+            start = perf_counter()
             try:
                 response = await fn(request)
-            except _HttpError as e:
-                response = _error(e.status, e.message)
-            except errors.OpError as e:
-                response = _error(_HTTP_STATUS.get(e.error_code, 500), e.message)
             except Exception as e:
-                logger.exception(
-                    "unexpected error answering %s %s", request.method, request.url.path
-                )
-                response = _error(500, f"internal error: {type(e).__name__}: {e}")
-            self.requests.labels(route, str(response.status_code)).inc()
-            self.latency.labels(route).observe(time.perf_counter() - start)
+                status, message, headers = _map_error(e, request.method, request.url.path)
+                response = _error(status, message, headers)
+            self.count(route, response.status_code)
+            observe(perf_counter() - start)
             return response
 
         return handler
 
     def _check_model(self, request: Request) -> int | None:
-        name = request.path_params["name"]
+        self.check_name(request.path_params["name"])
+        version: int | None = request.path_params.get("version")
+        return version
+
+    def check_name(self, name: str) -> None:
         if name != self.model_name:
             raise _HttpError(
                 404, f'model "{name}" not found; this server serves "{self.model_name}"'
             )
-        version: int | None = request.path_params.get("version")
-        return version
 
     async def _read_body(self, request: Request) -> bytes:
         cap = self.max_request_bytes
@@ -204,28 +259,36 @@ class _Api:
             if total > cap:
                 raise _HttpError(413, f"request body exceeds the limit of {cap} bytes")
             chunks.append(chunk)
-        return b"".join(chunks)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     async def predict(self, request: Request) -> Response:
+        # Normally answered by _PredictFastPath; this route serves apps mounted without it.
         version = self._check_model(request)
         body = await self._read_body(request)
         if len(body) <= self.inline_max_body_bytes:
-            return self._predict(body, version)
-        return await run_in_threadpool(self._predict, body, version)
+            data, served = self.predict_bytes(body, version)
+        else:
+            data, served = await run_in_threadpool(self.predict_bytes, body, version)
+        return Response(data, 200, {"X-Model-Version": served}, media_type="application/json")
 
-    def _predict(self, body: bytes, version: int | None) -> Response:
-        try:
-            payload = json.loads(body)
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise _HttpError(400, f"request body is not valid JSON: {e}") from None
+    def predict_bytes(self, body: bytes, version: int | None) -> tuple[bytes, str]:
+        """One predict: request body -> (answer body, served version). Raises on errors."""
+        payload = _decode_json(body)
         servable = self.manager.servable
-        inputs, row_format = parse_predict_request(payload, servable.signature, self.max_batch_size)
+        try:
+            inputs, row_format = parse_predict_request(
+                payload, servable.signature, self.max_batch_size
+            )
+        except (RecursionError, ValueError, TypeError, OverflowError) as e:
+            if isinstance(e, errors.OpError):
+                raise
+            raise _HttpError(400, f"cannot read the request's inputs: {e}") from None
         snap = self.manager.acquire(version)  # the one snapshot this request runs on
         outputs = servable.run(snap.params, inputs)
         batch = len(payload["instances"]) if row_format else None
         answer = format_predict_response(outputs, row_format, batch)
         answer["model_version"] = snap.version
-        return _json(answer, headers={"X-Model-Version": str(snap.version)})
+        return _dumps(answer).encode(), str(snap.version)
 
     async def status(self, request: Request) -> Response:
         version = self._check_model(request)
@@ -255,10 +318,79 @@ class _Api:
             }
         )
 
+    def _authorize(self, request: Request) -> None:
+        if self._admin_token is None:
+            raise _HttpError(
+                404,
+                f"{request.url.path}: admin endpoints are disabled; start the server with "
+                "--admin-token to enable :pin and :unpin",
+            )
+        auth = request.headers.get("authorization")
+        if not auth:
+            raise _HttpError(
+                401,
+                'admin endpoint needs an "Authorization: Bearer <token>" header, got none',
+                {"WWW-Authenticate": 'Bearer realm="ckptsync"'},
+            )
+        scheme, _, token = auth.partition(" ")
+        given = token.strip().encode("utf-8", "surrogateescape")
+        ok = hmac.compare_digest(given, self._admin_token)  # constant time
+        if scheme.lower() != "bearer" or not ok:
+            raise _HttpError(403, "the admin token in the Authorization header is not valid")
+
+    async def pin(self, request: Request) -> Response:
+        self._authorize(request)
+        self._check_model(request)
+        payload = _decode_json(await self._read_body(request))
+        if not isinstance(payload, dict) or "version" not in payload:
+            raise _HttpError(
+                400, f'pin body must be an object {{"version": N}}, got {_short(payload)}'
+            )
+        version = payload["version"]
+        if isinstance(version, str) and version.isdigit():
+            version = int(version)
+        if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+            raise _HttpError(
+                400, f'"version" must be an integer >= 0 (a global step), got {_short(version)}'
+            )
+        timeout_s = payload.get("timeout_s", 30.0)
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not (
+            0 < timeout_s <= 600
+        ):
+            raise _HttpError(
+                400, f'"timeout_s" must be a number in (0, 600], got {_short(timeout_s)}'
+            )
+        try:
+            snap = await run_in_threadpool(self.manager.pin, version, float(timeout_s))
+        except errors.FailedPreconditionError as e:
+            raise _HttpError(409, e.message) from None
+        return _json({"policy": "pinned", "pinned_version": version, "model_version": snap.version})
+
+    async def unpin(self, request: Request) -> Response:
+        self._authorize(request)
+        self._check_model(request)
+        self.manager.unpin()
+        return _json({"policy": "latest", "model_version": self.manager.version})
+
     async def healthz(self, request: Request) -> Response:
-        if self.manager.alive:
-            return _json({"status": "alive"})
-        return _error(503, "the checkpoint watcher or loader thread is not running")
+        health = self.manager.health()
+        watcher, loader = health["watcher"], health["loader"]
+        if watcher["alive"] and loader["alive"]:
+            return _json({"status": "alive", **health})
+        problems = []
+        if not watcher["alive"]:
+            problems.append(
+                f"the checkpoint watcher ({watcher['mode']}) is not running "
+                f"(restarted {watcher['restarts']} times)"
+            )
+        if loader["stuck"]:
+            problems.append(
+                f"the loader has been loading version {loader['loading_version']} for "
+                f"{loader['loading_for_s']:.0f} s and is stuck"
+            )
+        elif not loader["alive"]:
+            problems.append("the loader thread is not running")
+        return _error(503, "; ".join(problems))
 
     async def readyz(self, request: Request) -> Response:
         version = self.manager.version
@@ -270,6 +402,110 @@ class _Api:
         return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
 
 
+_PREDICT_PATH = re.compile(r"^/v1/models/([^/]+)(?:/versions/([0-9]+))?:predict$")
+
+
+class _ClientGone(Exception):
+    pass
+
+
+class _PredictFastPath:
+    """Answers ``POST /v1/models/{name}[/versions/{v}]:predict`` as plain ASGI.
+
+    The hot path skips starlette's routing table and its Request/Response objects; the
+    rest (errors, metrics, the body cap, the thread pool for big bodies) is the same as for
+    every other route. Everything else goes to the starlette app.
+    """
+
+    def __init__(self, app: Any, api: _Api):
+        self.app, self.api = app, api
+        self._observe = api.latency.labels("predict").observe
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return await self.app(scope, receive, send)
+        m = _PREDICT_PATH.match(scope["path"])
+        if m is None:
+            return await self.app(scope, receive, send)
+        start = time.perf_counter()
+        api = self.api
+        headers = [(b"content-type", b"application/json")]
+        try:
+            name, v = m.groups()
+            api.check_name(name)
+            version = None if v is None else int(v)
+            body = await self._body(scope, receive)
+            if len(body) <= api.inline_max_body_bytes:
+                data, served = api.predict_bytes(body, version)
+            else:
+                data, served = await run_in_threadpool(api.predict_bytes, body, version)
+            status = 200
+            headers.append((b"x-model-version", served.encode()))
+        except _ClientGone:
+            return
+        except Exception as e:
+            status, message, extra = _map_error(e, "POST", scope["path"])
+            data = _dumps({"error": message}).encode()
+            headers += [(k.lower().encode(), val.encode()) for k, val in (extra or {}).items()]
+        headers.append((b"content-length", str(len(data)).encode()))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": data})
+        api.count("predict", status)
+        self._observe(time.perf_counter() - start)
+
+    async def _body(self, scope: Any, receive: Any) -> bytes:
+        cap = self.api.max_request_bytes
+        for key, value in scope["headers"]:
+            if key == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    raise _HttpError(
+                        400, f"Content-Length must be an integer, got {value.decode('latin-1')!r}"
+                    ) from None
+                if declared > cap:
+                    raise _HttpError(
+                        413, f"request body of {declared} bytes exceeds the limit of {cap} bytes"
+                    )
+        chunks: list[bytes] = []
+        total = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _ClientGone
+            chunk = message.get("body", b"")
+            total += len(chunk)
+            if total > cap:
+                raise _HttpError(413, f"request body exceeds the limit of {cap} bytes")
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _map_error(e: Exception, method: str, path: str) -> tuple[int, str, dict[str, str] | None]:
+    """An exception -> (HTTP status, message, extra headers); unexpected ones are logged."""
+    if isinstance(e, _HttpError):
+        return e.status, e.message, e.headers
+    if isinstance(e, errors.OpError):
+        return _HTTP_STATUS.get(e.error_code, 500), e.message, None
+    logger.exception("unexpected error answering %s %s", method, path)
+    return 500, f"internal error: {type(e).__name__}: {e}", None
+
+
+def _decode_json(body: bytes) -> Any:
+    try:
+        return _loads(body)
+    except RecursionError:
+        raise _HttpError(400, "request body is not valid JSON: it nests too deeply") from None
+    except (UnicodeDecodeError, ValueError) as e:  # JSONDecodeError is a ValueError
+        raise _HttpError(400, f"request body is not valid JSON: {e}") from None
+
+
+def _short(value: Any) -> str:
+    text = _dumps(value) if not isinstance(value, bytes) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def create_app(
     manager: ModelManager,
     model_name: str,
@@ -278,6 +514,7 @@ def create_app(
     *,
     inline_max_body_bytes: int = 64 * 2**10,
     own_manager: bool = False,
+    admin_token: str | None = None,
 ) -> Starlette:
     """Builds the ASGI app serving ``manager`` as model ``model_name``.
 
@@ -289,6 +526,8 @@ def create_app(
         inline_max_body_bytes: bodies up to this size are answered on the event loop;
             larger ones in the thread pool.
         own_manager: start the manager at app startup and close it at shutdown (lifespan).
+        admin_token: enables ``:pin`` / ``:unpin`` for requests bearing this token; None
+            (default) answers them 404.
 
     Returns:
         A Starlette app; ``app.state.registry`` is its Prometheus registry.
@@ -300,12 +539,18 @@ def create_app(
             f"max_request_bytes and max_batch_size must be > 0, got {max_request_bytes} "
             f"and {max_batch_size}"
         )
-    api = _Api(manager, model_name, max_request_bytes, max_batch_size, inline_max_body_bytes)
+    if admin_token is not None and not admin_token.strip():
+        raise ValueError("admin_token must not be empty")
+    api = _Api(
+        manager, model_name, max_request_bytes, max_batch_size, inline_max_body_bytes, admin_token
+    )
     ep = api.endpoint
     model, version = "/v1/models/{name}", "/v1/models/{name}/versions/{version:int}"
     routes = [
         Route(model + ":predict", ep("predict", api.predict), methods=["POST"]),
         Route(version + ":predict", ep("predict", api.predict), methods=["POST"]),
+        Route(model + ":pin", ep("pin", api.pin), methods=["POST"]),
+        Route(model + ":unpin", ep("unpin", api.unpin), methods=["POST"]),
         Route(model + "/metadata", ep("metadata", api.metadata), methods=["GET"]),
         Route(version + "/metadata", ep("metadata", api.metadata), methods=["GET"]),
         Route(model, ep("status", api.status), methods=["GET"]),
@@ -317,7 +562,7 @@ def create_app(
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
-        api.requests.labels("unmatched", str(exc.status_code)).inc()
+        api.count("unmatched", exc.status_code)
         message = f"{request.method} {request.url.path}: {exc.detail}"
         return _error(exc.status_code, message)
 
@@ -332,7 +577,10 @@ def create_app(
                 await run_in_threadpool(manager.close)
 
     app = Starlette(
-        routes=routes, exception_handlers={HTTPException: http_error}, lifespan=lifespan
+        routes=routes,
+        middleware=[Middleware(_PredictFastPath, api=api)],
+        exception_handlers={HTTPException: http_error},
+        lifespan=lifespan,
     )
     app.state.registry = api.registry
     app.state.manager = manager

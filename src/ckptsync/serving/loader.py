@@ -41,6 +41,8 @@ class Snapshot:
             servable's ``variable_specs``.
         loaded_unix_s: when loading finished, seconds since the epoch.
         load_duration_s: read + verify time, seconds.
+        created_unix_s: when the checkpoint file was written (its mtime), seconds since
+            the epoch; 0.0 if unknown.
 
     Thread-safety: immutable; share freely. Its memory is freed when the last request that
     holds it returns.
@@ -51,6 +53,7 @@ class Snapshot:
     params: Mapping[str, np.ndarray]
     loaded_unix_s: float
     load_duration_s: float
+    created_unix_s: float = 0.0
 
     @property
     def nbytes(self) -> int:
@@ -129,10 +132,15 @@ def load_snapshot(
         params[name] = arr
     if version is None:
         version = parse_version(prefix) or 0
+    try:
+        created_unix_s = os.stat(path).st_mtime
+    except OSError:  # deleted by retention right after the read: the data is in memory
+        created_unix_s = 0.0
     return Snapshot(
         version=version,
         prefix=prefix,
         params=types.MappingProxyType(params),
         loaded_unix_s=time.time(),
         load_duration_s=time.perf_counter() - start,
+        created_unix_s=created_unix_s,
     )

@@ -6,14 +6,25 @@ Who calls what::
     CheckpointSource ──callback(AspiredVersions)──▶ ModelManager._on_aspired   (store, notify)
     load thread: policy.candidates() ─▶ load_snapshot() ─▶ self._current = snapshot (swap)
     request:     snap = manager.acquire()  ... servable.run(snap.params, ...)   (no lock)
+    admin:       manager.pin(v) / manager.unpin()  (policy change; the load thread acts)
 
 A request takes the snapshot once and finishes on it, so no response mixes two versions;
 the old snapshot is freed when its last request drops it (its state goes UNLOADING -> END).
-A version that fails to load or verify never replaces the one being served: its status
-records the error (state END, TF error code and message) and it is retried with bounded
-exponential backoff. With nothing served yet, the latest policy falls back to the newest
-older checkpoint that loads. A checkpoint whose file vanished (retention) makes the manager
-rescan and go to the newest one.
+A version that fails to load or verify, or that the optional gate refuses, never replaces
+the one being served: its status records the error (state END, TF error code and message)
+and it is retried with exponential backoff, ``max_load_attempts`` times in all; after that
+it is retried only once its file changes. With nothing served yet, the latest policy falls
+back to the newest older checkpoint that loads. A checkpoint whose file vanished
+(retention) makes the manager rescan and go to the newest one.
+
+Memory: at most two snapshots are resident, old + new: before loading, the load thread
+waits (up to ``unload_wait_s``) for the previous old snapshot's last request to end.
+``free_before_load`` drops the served snapshot before loading the next one (half the peak,
+a short unavailability; a refused version then brings the previous one back).
+
+Watchdog: a load running longer than ``load_timeout_s`` (a damaged file can hang h5py)
+marks that version failed with DEADLINE_EXCEEDED and the loader not alive (``/healthz``
+answers 503 so an orchestrator restarts the process); the last good version keeps serving.
 
 Thread-safety: every public method may be called from any thread. ``acquire`` takes no
 lock (one attribute read).
@@ -28,6 +39,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 import os
 import threading
 import time
@@ -36,13 +48,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import (
+    DEADLINE_EXCEEDED,
+    FAILED_PRECONDITION,
     UNKNOWN,
     DeadlineExceededError,
+    FailedPreconditionError,
     NotFoundError,
     OpError,
     UnavailableError,
     error_code_name,
 )
+from .gate import Candidate, Gate, run_gate
 from .loader import Snapshot, load_snapshot
 from .policy import VersionPolicy
 from .servable import Servable
@@ -68,6 +84,7 @@ class ManagerStats:
 
     reloads_succeeded: int = 0
     reloads_failed: int = 0
+    reloads_rejected: int = 0
     load_duration_s_sum: float = 0.0
     last_load_duration_s: float = 0.0
 
@@ -81,6 +98,8 @@ class _Record:
     error_message: str = ""
     failures: int = 0
     retry_at_s: float = 0.0  # time.monotonic() after which a failed version is retried
+    file_sig: tuple[int, int, int] | None = None  # the file that failed (inode, size, mtime)
+    finished_seq: int = 0  # the manager's load counter when its last load ended
 
 
 class ModelManager:
@@ -97,6 +116,13 @@ class ModelManager:
             failure of the same version up to ``retry_max_s``.
         retry_max_s: longest retry delay, seconds.
         max_status_versions: how many finished versions status remembers.
+        gate: ``gate(Candidate) -> bool | (bool, str)``, called before a version is served
+            under the latest policy (see :mod:`.gate`); None accepts every verified version.
+        max_load_attempts: loads of one version before it is given up (until its file
+            changes); >= 1.
+        load_timeout_s: a load running longer is reported stuck (None: never).
+        free_before_load: drop the served snapshot before loading the next one.
+        unload_wait_s: longest wait for an old snapshot's requests before loading anyway.
     """
 
     def __init__(
@@ -111,11 +137,20 @@ class ModelManager:
         retry_initial_s: float = 1.0,
         retry_max_s: float = 60.0,
         max_status_versions: int = 16,
+        gate: Gate | None = None,
+        max_load_attempts: int = 5,
+        load_timeout_s: float | None = 300.0,
+        free_before_load: bool = False,
+        unload_wait_s: float = 30.0,
     ):
         if not 0 < retry_initial_s <= retry_max_s:
             raise ValueError(
                 f"need 0 < retry_initial_s <= retry_max_s, got {retry_initial_s} and {retry_max_s}"
             )
+        if max_load_attempts < 1:
+            raise ValueError(f"max_load_attempts must be >= 1, got {max_load_attempts}")
+        if load_timeout_s is not None and load_timeout_s <= 0:
+            raise ValueError(f"load_timeout_s must be > 0 or None, got {load_timeout_s}")
         self.servable = servable
         self.source_dir = os.fspath(source_dir)
         self._policy = VersionPolicy.parse(policy)
@@ -123,11 +158,22 @@ class ModelManager:
         self._retry_initial_s = retry_initial_s
         self._retry_max_s = retry_max_s
         self._max_status_versions = max_status_versions
+        self._gate = gate
+        self._max_load_attempts = max_load_attempts
+        self._load_timeout_s = load_timeout_s
+        self._free_before_load = free_before_load
+        self._unload_wait_s = unload_wait_s
+        self._poll = poll
         self._cond = threading.Condition(threading.RLock())
         self._current: Snapshot | None = None
         self._listing = AspiredVersions(None, ())
         self._records: dict[int, _Record] = {}
         self._stats = ManagerStats()
+        self._seq = 0  # loads finished, successful or not
+        self._loading: tuple[_Record, float] | None = None  # (record, monotonic start)
+        self._stuck = False  # the watchdog fired for the load in progress
+        self._unloading: list[weakref.ref[Snapshot]] = []
+        self._freed = threading.Event()
         self._stop = False
         self._thread: threading.Thread | None = None
         self._source = CheckpointSource(
@@ -154,6 +200,7 @@ class ModelManager:
         with self._cond:
             self._stop = True
             self._cond.notify_all()
+        self._freed.set()
         if self._thread is not None:
             self._thread.join(timeout=60.0)
 
@@ -209,8 +256,37 @@ class ModelManager:
 
     @property
     def alive(self) -> bool:
-        """True while the load thread and the source are running."""
-        return bool(self._thread and self._thread.is_alive() and self._source.alive)
+        """True while the load thread runs (and is not stuck) and the source is alive."""
+        self._check_watchdog()
+        return bool(
+            self._thread and self._thread.is_alive() and not self._stuck and self._source.alive
+        )
+
+    def health(self) -> dict[str, Any]:
+        """Liveness of the watcher and the loader, for ``/healthz`` and metrics.
+
+        Returns:
+            ``{"watcher": {"alive", "mode" ("events"|"poll"), "restarts"},
+            "loader": {"alive", "loading_version", "loading_for_s", "stuck"}}``.
+        """
+        self._check_watchdog()
+        with self._cond:
+            loading = self._loading
+            thread_alive = bool(self._thread and self._thread.is_alive())
+            stuck = self._stuck
+        return {
+            "watcher": {
+                "alive": self._source.alive,
+                "mode": "poll" if self._poll else "events",
+                "restarts": self._source.observer_restarts,
+            },
+            "loader": {
+                "alive": thread_alive and not stuck,
+                "loading_version": None if loading is None else loading[0].version,
+                "loading_for_s": 0.0 if loading is None else time.monotonic() - loading[1],
+                "stuck": stuck,
+            },
+        }
 
     @property
     def stats(self) -> ManagerStats:
@@ -223,10 +299,74 @@ class ModelManager:
         return self._policy
 
     def set_policy(self, policy: str | int | VersionPolicy) -> None:
-        """Changes the version policy (pin to roll back; ``"latest"`` to unpin)."""
+        """Changes the version policy (pin to roll back; ``"latest"`` to unpin); returns at
+        once, the load thread acts on it."""
         with self._cond:
             self._policy = VersionPolicy.parse(policy)
             self._cond.notify_all()
+
+    def pin(self, version: int, timeout_s: float = 10.0) -> Snapshot:
+        """Pins ``version`` and waits until it is served (a rollback).
+
+        Args:
+            version: the global step to serve; it must be named by the state file or be a
+                finished ``*-<version>.h5`` in the directory.
+            timeout_s: how long to wait for the load, seconds.
+
+        Returns:
+            The snapshot of ``version``, now being served.
+
+        Raises:
+            NotFoundError: no checkpoint of ``version`` exists; the policy is unchanged.
+            FailedPreconditionError: ``version`` failed to load or verify; the previous
+                policy is restored and the served version is unchanged.
+            DeadlineExceededError: still loading after ``timeout_s``; it stays pinned.
+        """
+        policy = VersionPolicy.parse(version)
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            if not policy.candidates(self._listing, self.source_dir):
+                raise NotFoundError(
+                    None,
+                    None,
+                    f"version {version} not found: the state file in {self.source_dir} does "
+                    f"not name it and there is no finished *-{version}.h5 there",
+                )
+            previous, self._policy = self._policy, policy
+            rec = self._records.get(version)
+            if rec is not None and rec.error_code:
+                rec.failures, rec.retry_at_s = 0, 0.0  # an explicit request: try it now
+            seq0 = self._seq
+            self._cond.notify_all()
+            while True:
+                snap = self._current
+                if snap is not None and snap.version == version:
+                    return snap
+                snap = None  # holding it while waiting would stop it being freed
+                rec = self._records.get(version)
+                if rec is not None and rec.finished_seq > seq0 and rec.error_code:
+                    if self._policy == policy:
+                        self._policy = previous
+                        self._cond.notify_all()
+                    raise FailedPreconditionError(
+                        None,
+                        None,
+                        f"cannot pin version {version}: {rec.error_message}; the policy stays "
+                        f"{_describe(previous)}",
+                    )
+                left = deadline - time.monotonic()
+                if left <= 0 or self._stop:
+                    raise DeadlineExceededError(
+                        None,
+                        None,
+                        f"version {version} is pinned but was not loaded within {timeout_s} s; "
+                        "it keeps loading (see the model's status)",
+                    )
+                self._cond.wait(left)
+
+    def unpin(self) -> None:
+        """Returns to the latest policy (the load thread moves to the newest version)."""
+        self.set_policy("latest")
 
     def wait_for_version(self, step: int, timeout_s: float) -> Snapshot:
         """Blocks until a version >= ``step`` is served; returns its snapshot.
@@ -241,13 +381,14 @@ class ModelManager:
                 snap = self._current
                 if snap is not None and snap.version >= step:
                     return snap
+                served = "nothing" if snap is None else f"version {snap.version}"
+                snap = None  # holding it while waiting would stop it being freed
                 left = deadline - time.monotonic()
                 if left <= 0 or self._stop:
                     break
                 self._cond.wait(left)
             errors = [r for r in self._records.values() if r.error_message]
         last = f"; last error: {errors[-1].error_message}" if errors else ""
-        served = "nothing" if snap is None else f"version {snap.version}"
         raise DeadlineExceededError(
             None,
             None,
@@ -263,6 +404,7 @@ class ModelManager:
         Raises:
             NotFoundError: ``version`` was given and the manager has no record of it.
         """
+        self._check_watchdog()
         with self._cond:
             records = sorted(self._records.values(), key=lambda r: -r.version)
             if version is not None:
@@ -304,7 +446,14 @@ class ModelManager:
                 return None, wait_s
             rec = self._records.get(cand.version)
             if rec is not None and rec.prefix == cand.prefix and rec.retry_at_s > now:
-                left = rec.retry_at_s - now
+                if rec.retry_at_s == math.inf:  # given up: only a changed file is retried
+                    sig = _file_sig(cand.prefix)
+                    if sig is not None and sig != rec.file_sig:
+                        rec.failures, rec.retry_at_s = 0, 0.0
+                        return cand, None
+                    left = self._retry_max_s
+                else:
+                    left = rec.retry_at_s - now
                 wait_s = left if wait_s is None else min(wait_s, left)
                 continue
             return cand, None
@@ -326,14 +475,23 @@ class ModelManager:
                         target.version, target.prefix, VersionState.LOADING
                     )
                 rec.state = VersionState.LOADING
+                gated = self._gate is not None and self._policy.pinned is None
             try:
-                self._load(target, rec)
+                if self._free_before_load:
+                    self._retire_current(keep=target)
+                self._wait_for_old_snapshots()
+                with self._cond:
+                    self._loading = (rec, time.monotonic())
+                self._load(target, rec, gated)
             except Exception:  # a bug here must not kill the thread that does the swaps
                 logger.exception("unexpected error loading %s", target.prefix)
                 with self._cond:
                     rec.state, rec.retry_at_s = VersionState.END, time.monotonic() + 1.0
+            finally:
+                with self._cond:
+                    self._loading, self._stuck = None, False
 
-    def _load(self, target: AspiredVersion, rec: _Record) -> None:
+    def _load(self, target: AspiredVersion, rec: _Record, gated: bool) -> None:
         logger.info("loading version %d from %s", target.version, target.prefix)
         try:
             snap = load_snapshot(
@@ -342,34 +500,37 @@ class ModelManager:
         except Exception as e:
             code = e.error_code if isinstance(e, OpError) else UNKNOWN
             vanished = isinstance(e, NotFoundError) and not os.path.exists(target.prefix + ".h5")
-            with self._cond:
-                rec.state, rec.error_code, rec.error_message = VersionState.END, code, str(e)
-                rec.failures += 1
-                delay = min(self._retry_max_s, self._retry_initial_s * 2 ** (rec.failures - 1))
-                rec.retry_at_s = time.monotonic() + (self._retry_max_s if vanished else delay)
-                self._stats.reloads_failed += 1
-                self._prune()
+            self._failed(rec, code, str(e), vanished)
             if vanished:
                 logger.warning("%s vanished before it was read; rescanning", target.prefix)
                 self._source.rescan()
             else:
-                serving = self.version
                 logger.error(
-                    "refusing version %d (still serving %s): %s", target.version, serving, e
+                    "refusing version %d (still serving %s): %s", target.version, self.version, e
                 )
             return
+        if gated and self._gate is not None:
+            accepted, reason = run_gate(self._gate, Candidate(self.servable, snap, self._current))
+            if not accepted:
+                self._failed(rec, FAILED_PRECONDITION, reason, rejected=True)
+                logger.error(
+                    "refusing version %d (still serving %s): %s",
+                    target.version,
+                    self.version,
+                    reason,
+                )
+                return
         with self._cond:
             old, self._current = self._current, snap  # the swap
             rec.state, rec.error_code, rec.error_message = VersionState.AVAILABLE, 0, ""
             rec.failures, rec.retry_at_s = 0, 0.0
+            self._seq += 1
+            rec.finished_seq = self._seq
             self._stats.reloads_succeeded += 1
             self._stats.load_duration_s_sum += snap.load_duration_s
             self._stats.last_load_duration_s = snap.load_duration_s
-            if old is not None:
-                old_rec = self._records.get(old.version)
-                if old_rec is not None and old_rec.prefix == old.prefix and old is not snap:
-                    old_rec.state = VersionState.UNLOADING
-                    weakref.finalize(old, _mark_end, old_rec)
+            if old is not None and old is not snap:
+                self._retire(old)
             self._prune()
             self._cond.notify_all()
         logger.info(
@@ -378,6 +539,101 @@ class ModelManager:
             snap.load_duration_s * 1e3,
             snap.nbytes,
         )
+
+    def _failed(
+        self,
+        rec: _Record,
+        code: int,
+        message: str,
+        vanished: bool = False,
+        rejected: bool = False,
+    ) -> None:
+        with self._cond:
+            if self._stuck:  # the watchdog already reported this load and counted it
+                self._stats.reloads_failed -= 1
+            rec.state, rec.error_code, rec.error_message = VersionState.END, code, message
+            rec.failures += 1
+            rec.file_sig = _file_sig(rec.prefix)
+            if vanished:
+                rec.retry_at_s = time.monotonic() + self._retry_max_s
+            elif rec.failures >= self._max_load_attempts:
+                rec.retry_at_s = math.inf
+                rec.error_message += (
+                    f" (gave up after {rec.failures} attempts; retried when the file changes)"
+                )
+            else:
+                delay = min(self._retry_max_s, self._retry_initial_s * 2 ** (rec.failures - 1))
+                rec.retry_at_s = time.monotonic() + delay
+            self._seq += 1
+            rec.finished_seq = self._seq
+            if rejected:
+                self._stats.reloads_rejected += 1
+            else:
+                self._stats.reloads_failed += 1
+            self._prune()
+            self._cond.notify_all()
+
+    def _retire(self, old: Snapshot) -> None:
+        """Marks ``old`` UNLOADING until its last request drops it (then END). Holds the lock."""
+        old_rec = self._records.get(old.version)
+        if old_rec is not None and old_rec.prefix == old.prefix:
+            old_rec.state = VersionState.UNLOADING
+            weakref.finalize(old, _mark_end, old_rec, self._freed)
+        else:
+            weakref.finalize(old, self._freed.set)
+        self._unloading.append(weakref.ref(old))
+
+    def _retire_current(self, keep: AspiredVersion) -> None:
+        """free_before_load: stop serving the current snapshot before loading ``keep``."""
+        with self._cond:
+            old = self._current
+            if old is None or (old.version, old.prefix) == (keep.version, keep.prefix):
+                return
+            self._current = None
+            self._retire(old)
+        logger.info("free_before_load: stopped serving version %d to load %d", old.version,
+                    keep.version)
+        del old
+
+    def _wait_for_old_snapshots(self) -> None:
+        """Waits until no retired snapshot is still held by a request (old + new at most)."""
+        deadline = time.monotonic() + self._unload_wait_s
+        while True:
+            with self._cond:
+                self._unloading = [r for r in self._unloading if r() is not None]
+                if not self._unloading or self._stop:
+                    return
+            if time.monotonic() > deadline:
+                logger.warning(
+                    "a request has held an old snapshot for over %.0f s; loading anyway",
+                    self._unload_wait_s,
+                )
+                return
+            self._freed.wait(0.01)
+            self._freed.clear()
+
+    def _check_watchdog(self) -> None:
+        """Reports a load running past ``load_timeout_s`` (lazily: from status, health)."""
+        if self._load_timeout_s is None:
+            return
+        with self._cond:
+            if self._loading is None or self._stuck:
+                return
+            rec, started = self._loading
+            elapsed = time.monotonic() - started
+            if elapsed <= self._load_timeout_s:
+                return
+            self._stuck = True
+            serving = "nothing" if self._current is None else f"version {self._current.version}"
+            rec.state, rec.error_code = VersionState.END, DEADLINE_EXCEEDED
+            rec.error_message = (
+                f"loading {rec.prefix}.h5 has taken {elapsed:.0f} s, more than "
+                f"load_timeout_s={self._load_timeout_s:g}; the loader thread is stuck (a "
+                f"damaged file can hang the HDF5 library) and no newer version can load; "
+                f"still serving {serving}; restart the server"
+            )
+            self._stats.reloads_failed += 1
+        logger.error("%s", rec.error_message)
 
     def _prune(self) -> None:
         """Forgets all but the newest ``max_status_versions`` finished versions."""
@@ -389,8 +645,21 @@ class ModelManager:
             del self._records[r.version]
 
 
-def _mark_end(rec: _Record) -> None:
+def _describe(policy: VersionPolicy) -> str:
+    return "latest" if policy.pinned is None else f"pinned to version {policy.pinned}"
+
+
+def _file_sig(prefix: str) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(prefix + ".h5")
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _mark_end(rec: _Record, freed: threading.Event) -> None:
     # Runs when the last request holding the old snapshot drops it; an attribute store is
     # atomic, so no lock (the finalizer may run on any thread, even one holding the lock).
     if rec.state == VersionState.UNLOADING:
         rec.state = VersionState.END
+    freed.set()

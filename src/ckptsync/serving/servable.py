@@ -211,7 +211,7 @@ def _convert(key: str, spec: TensorSpec, value: Any) -> np.ndarray:
         return np.ascontiguousarray(arr)
     kind, want = arr.dtype.kind, spec.dtype.kind
     ok = (
-        (want in "fc" and kind in "biuf")
+        (want in "fc" and kind in "iuf")
         or (want == "c" and kind == "c")
         or (want in "iu" and kind in "biu")
         or (want == "b" and kind == "b")
@@ -232,6 +232,15 @@ def _convert(key: str, spec: TensorSpec, value: Any) -> np.ndarray:
         if arr.min() < info.min or arr.max() > info.max:
             raise InvalidArgumentError(
                 None, None, f"input '{key}' has values outside the range of {spec.dtype.name}"
+            )
+    if want == "f" and kind in "iuf" and arr.size:
+        big = np.finfo(spec.dtype).max
+        with np.errstate(invalid="ignore"):
+            finite = np.abs(arr[np.isfinite(arr)]) if kind == "f" else np.abs(arr)
+        if finite.size and finite.max() > big:
+            raise InvalidArgumentError(
+                None, None, f"input '{key}' has values outside the range of {spec.dtype.name} "
+                f"(|x| <= {big:.4g})"
             )
     return np.ascontiguousarray(arr.astype(spec.dtype))
 

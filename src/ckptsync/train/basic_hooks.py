@@ -87,7 +87,11 @@ class CheckpointSaverHook(SessionRunHook):
     As ``tf.train.CheckpointSaverHook``: ``saver`` (or ``scaffold.saver``, or the sole item
     of the ``SAVERS`` collection) writes ``<checkpoint_dir>/<checkpoint_basename>-<step>``.
     ckptsync extension: ``metadata_fn()`` returns a JSON-serializable dict stored in each
-    checkpoint (the trainer records its input pipeline position there).
+    checkpoint (the trainer records its input pipeline position there). With a saver built
+    as ``Saver(async_save=True)`` each save only copies the values and returns; a failed
+    background save is raised by the next save or by ``end``, which waits for the last
+    one. ``last_saved_step`` then names the last save *started*. The hook does not close
+    the saver: its owner does.
 
     Raises:
         ValueError: both ``saver`` and ``scaffold``; both or neither of secs/steps.
@@ -140,6 +144,11 @@ class CheckpointSaverHook(SessionRunHook):
         step = int(session.run(self._global_step_tensor))
         if step != self._timer.last_triggered_step():
             self._save(session, step)
+        # An async saver (Saver(async_save=True)): the last checkpoint is durable and
+        # published, or its failure raised, before the session ends.
+        wait = getattr(self._get_saver(), "wait_until_finished", None)
+        if wait is not None:
+            wait()
         for lst in self._listeners:
             lst.end(session, step)
 

@@ -13,22 +13,34 @@ by the format layer (:mod:`ckptsync.checkpoint`)::
 rename, fsync the directory; then rewrite the state file the same way; then delete what
 ``max_to_keep`` evicts. A checkpoint exists for readers only once the state file names it.
 A failed save raises, leaves no partial file, keeps earlier checkpoints and leaves the
-state file as it was. A Saver deletes only files it recorded itself.
+state file as it was. A Saver deletes only files it recorded itself. The first save into
+a directory sweeps the temp files of writers that died there.
+
+With ``async_save=True`` the same steps run in a writer process
+(:class:`ckptsync.checkpoint._async_writer.AsyncCheckpointWriter`): ``save`` returns once
+the values are copied into shared memory; one save is in flight at a time (the next
+``save`` waits for it); a failure is raised by the next ``save``, ``wait_until_finished``,
+``restore`` or ``close``, and the state file never names a checkpoint that was not fully
+written.
 
 Thread-safety: one Saver may be used from one thread at a time.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import time
 from collections.abc import Mapping
+from types import TracebackType
 from typing import Any
 
 import numpy as np
 
 from .. import checkpoint as ckpt
+from .. import errors
+from ..checkpoint._async_writer import AsyncCheckpointWriter, StateUpdate
 from ..errors import (
     CkptsyncRuntimeError,
     CkptsyncTypeError,
@@ -90,15 +102,24 @@ class Saver:
         max_to_keep: newest checkpoints to keep; 0 or None keeps all (and records none).
         keep_checkpoint_every_n_hours: additionally keep one checkpoint per this many hours.
         allow_empty: with no variables, ``save`` returns None and ``restore`` does nothing.
-        reshape: restore values whose shape differs but element count matches.
+        reshape: restore values whose shape differs but element count matches (row-major).
         pad_step_number: name ``prefix-%08d`` instead of ``prefix-%d``.
         save_relative_paths: accepted for TF1 compatibility; the state file always stores
             paths relative to its directory (ckptsync's choice, so directories can move).
         sharded, write_version, ...: accepted for compatibility; one file is written.
+        async_save: write in a background process (ckptsync extension, see the module
+            docstring). Such a Saver owns a process: ``close()`` it or use ``with``.
 
     Raises:
         ValueError: "No variables to save" (unless allow_empty); duplicate names.
         TypeError: ``var_list`` is not a list or dict.
+
+    Example:
+        >>> with cs.train.Saver(max_to_keep=3, async_save=True) as saver:  # doctest: +SKIP
+        ...     for step in range(100):
+        ...         sess.run(train_op)
+        ...         if step % 10 == 0:
+        ...             saver.save(sess, "ckpts/model.ckpt", global_step=step)
     """
 
     def __init__(self, var_list: Any = None, reshape: bool = False, sharded: bool = False,
@@ -107,7 +128,7 @@ class Saver:
                  saver_def: Any = None, builder: Any = None, defer_build: bool = False,
                  allow_empty: bool = False, write_version: Any = None,
                  pad_step_number: bool = False, save_relative_paths: bool = False,
-                 filename: str | None = None):
+                 filename: str | None = None, async_save: bool = False):
         if defer_build and var_list is not None:
             raise CkptsyncValueError(
                 "If `var_list` is provided then build cannot be deferred. Either set defer_build "
@@ -122,8 +143,15 @@ class Saver:
         self._retention: Any = None
         self._var_map: dict[str, Any] | None = None
         self._is_empty = False
+        self._swept_dirs: set[str] = set()
+        # async: the writer process, and the retention state to roll back to if the
+        # save in flight fails (None when it did not record).
+        self._writer: AsyncCheckpointWriter | None = None
+        self._rollback: list[Any] = []
         if not defer_build:
             self.build()
+        if async_save:
+            self._writer = AsyncCheckpointWriter()
 
     def build(self) -> None:
         """Resolves the variables to save (done by the constructor unless deferred)."""
@@ -146,15 +174,26 @@ class Saver:
     # ---------------------------------------------------------------- bookkeeping
     @property
     def last_checkpoints(self) -> list[str]:
-        """Prefixes of the checkpoints this Saver keeps, oldest first."""
+        """Prefixes of the checkpoints this Saver keeps, oldest first (an async save in
+        flight is included)."""
         return list(self._retention.last_checkpoints) if self._retention else []
+
+    def set_last_checkpoints(self, last_checkpoints: list[str]) -> None:
+        """Deprecated TF form: records ``last_checkpoints`` with infinite timestamps."""
+        self._retention.set_last_checkpoints(last_checkpoints)
 
     def set_last_checkpoints_with_time(self, last_checkpoints_with_time: list[tuple[str, float]]
                                        ) -> None:
+        """Replaces the record with ``(prefix, timestamp)`` pairs, oldest first."""
         self._retention.set_last_checkpoints_with_time(last_checkpoints_with_time)
 
     def recover_last_checkpoints(self, checkpoint_paths: list[str]) -> None:
-        """Adopts existing checkpoints (timestamp = mtime) so retention can delete them."""
+        """Adopts existing checkpoints (timestamp = mtime) so retention can delete them.
+
+        Typically ``saver.recover_last_checkpoints(
+        get_checkpoint_state(d).all_model_checkpoint_paths)`` after a restart; prefixes
+        whose file is gone are dropped.
+        """
         self._retention.recover_last_checkpoints(checkpoint_paths)
 
     # ---------------------------------------------------------------- save
@@ -169,19 +208,28 @@ class Saver:
             sess: the session holding the values.
             save_path: prefix without step, e.g. ``"ckpts/model.ckpt"``.
             global_step: int, or a tensor/variable read through ``sess``; appended as
-                ``-<step>``.
+                ``-<step>`` (``-%08d`` with ``pad_step_number``).
+            write_state: record the checkpoint, rewrite the state file and apply
+                ``max_to_keep``; False writes the data file only.
             metadata: JSON-serializable dict stored in the file (ckptsync extension, e.g.
                 the input pipeline's position).
+
+        Returns:
+            The prefix; None for an empty ``allow_empty`` Saver. With ``async_save`` the
+            file is complete only once ``wait_until_finished()`` (or the next save)
+            returns.
 
         Raises:
             ValueError: the parent directory is missing; ``latest_filename`` has a
                 directory part or the prefix collides with it.
-            ResourceExhaustedError, PermissionDeniedError, UnknownError: the write failed
-                (names the path); nothing partial is left and the state file is unchanged.
+            ResourceExhaustedError, PermissionDeniedError, DataLossError, UnknownError: the
+                write failed (names the path); nothing partial is left and the state file
+                is unchanged. With ``async_save``: the *previous* save's failure.
         """
         var_map = self._map()
         if self._is_empty:
             return None
+        self._finish_async()
         latest_filename = latest_filename or "checkpoint"
         if os.path.split(latest_filename)[0]:
             raise CkptsyncValueError("'latest_filename' must not contain path components")
@@ -191,8 +239,8 @@ class Saver:
                 int(sess.run(global_step))
             prefix = f"{save_path}-{step:08d}" if self._pad else f"{save_path}-{step}"
         else:
-            prefix = save_path
-            if os.path.basename(save_path) == latest_filename:
+            prefix = os.fspath(save_path)
+            if os.path.basename(prefix) == latest_filename:
                 raise CkptsyncValueError(
                     f"'latest_filename' collides with 'save_path': '{latest_filename}' and "
                     f"'{save_path}'")
@@ -200,32 +248,126 @@ class Saver:
         if not os.path.isdir(save_dir):
             raise CkptsyncValueError(
                 f"Parent directory of {save_path} doesn't exist, can't save.")
+        if os.path.realpath(save_dir) not in self._swept_dirs:
+            ckpt.sweep_temp_files(save_dir)
+            self._swept_dirs.add(os.path.realpath(save_dir))
         arrays = sess._read_variables([v.op.name for v in var_map.values()])
         named = {k: arrays[v.op.name] for k, v in var_map.items()}
-        if step is None:
-            gs = get_default_graph_step(sess, var_map)
-        else:
-            gs = step
+        gs = get_default_graph_step(sess, var_map) if step is None else step
+        if self._writer is not None:
+            self._save_async(prefix, save_dir, latest_filename, named, gs, metadata, write_state)
+            return prefix
         ckpt.write_checkpoint(prefix, named, global_step=gs, metadata=metadata)
         if write_state:
-            self._record_and_publish(prefix, save_dir, latest_filename)
+            evicted, kept = self._record(prefix)
+            ckpt.update_checkpoint_state(save_dir, prefix, all_model_checkpoint_paths=kept,
+                                         latest_filename=latest_filename)
+            for old in evicted:
+                try:
+                    ckpt.remove_checkpoint(old)
+                except (OSError, OpError) as e:  # as TF1: logged, not raised
+                    log.warning("Ignoring error deleting checkpoint %s: %s", old, e)
         return prefix
 
-    def _record_and_publish(self, prefix: str, save_dir: str, latest_filename: str) -> None:
-        ret = self._retention
-        evicted = ret.record(prefix, time.time()) if self._max_to_keep else []
-        kept = ret.last_checkpoints if self._max_to_keep else [prefix]
-        ckpt.update_checkpoint_state(save_dir, prefix, all_model_checkpoint_paths=kept,
-                                     latest_filename=latest_filename)
-        for old in evicted:
-            try:
-                ckpt.remove_checkpoint(old)
-            except (OSError, OpError) as e:  # as TF1: logged, not raised
-                log.warning("Ignoring error deleting checkpoint %s: %s", old, e)
+    def _record(self, prefix: str) -> tuple[list[str], list[str]]:
+        """Records ``prefix``; returns (prefixes to delete, prefixes the state lists)."""
+        if not self._max_to_keep:
+            return [], [prefix]
+        evicted = self._retention.record(prefix, time.time())
+        return evicted, self._retention.last_checkpoints
+
+    def _save_async(self, prefix: str, save_dir: str, latest_filename: str,
+                    named: dict[str, np.ndarray], gs: int | None,
+                    metadata: Mapping[str, Any] | None, write_state: bool) -> None:
+        assert self._writer is not None
+        before = copy.deepcopy(self._retention)
+        state: StateUpdate | None = None
+        evicted: list[str] = []
+        if write_state:
+            evicted, kept = self._record(prefix)
+            state = StateUpdate(os.path.abspath(save_dir), os.path.abspath(prefix),
+                                [os.path.abspath(p) for p in kept], latest_filename)
+        try:
+            self._writer.submit(os.path.abspath(prefix), named, global_step=gs,
+                                metadata=metadata, state=state,
+                                delete=[os.path.abspath(p) for p in evicted])
+        except BaseException:
+            self._retention = before
+            raise
+        self._rollback = [before]
+
+    def _finish_async(self, timeout_s: float | None = None) -> None:
+        """Waits for the async save in flight; on failure forgets it and raises."""
+        if self._writer is None:
+            return
+        try:
+            self._writer.wait(timeout_s)
+        except errors.DeadlineExceededError:
+            raise
+        except BaseException:
+            self._roll_back()
+            raise
+        self._rollback = []
+
+    def _roll_back(self) -> None:
+        """Forgets the failed async save: retention as before it, minus checkpoints whose
+        file is gone (the worker may have died after deleting an evicted one)."""
+        if self._rollback:
+            self._retention = self._rollback[0]
+            kept = self._retention.last_checkpoints_with_time
+            self._retention.set_last_checkpoints_with_time(
+                [(p, t) for p, t in kept if ckpt.checkpoint_exists(p)])
+        self._rollback = []
+
+    def wait_until_finished(self, timeout_s: float | None = None) -> None:
+        """Blocks until the async save in flight is durable and published.
+
+        A no-op for a synchronous Saver.
+
+        Raises:
+            OpError: that save failed (the message names the path); the checkpoint is
+                forgotten (not in ``last_checkpoints``, not in the state file).
+            DeadlineExceededError: ``timeout_s`` passed first (the save continues).
+        """
+        self._finish_async(timeout_s)
+
+    def close(self) -> None:
+        """Waits for an async save in flight and ends the writer process. Idempotent.
+
+        Raises:
+            OpError: the save in flight failed (raised after the process has ended).
+        """
+        writer, self._writer = self._writer, None
+        if writer is None:
+            return
+        try:
+            writer.wait()
+        except BaseException:
+            self._roll_back()
+            raise
+        finally:
+            self._rollback = []
+            writer.close()
+
+    def __enter__(self) -> Saver:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if exc is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except Exception as e:  # do not mask the error already propagating
+            log.error("Async checkpoint save failed while handling another error: %s", e)
 
     # ---------------------------------------------------------------- restore
     def restore(self, sess: Any, save_path: str | None) -> None:
         """Loads every variable of ``var_list`` from checkpoint ``save_path``.
+
+        Only the ``var_list`` keys are read; other keys in the file are ignored. An
+        async save in flight is waited for first (its failure is raised).
 
         Raises:
             ValueError: ``save_path`` is None, or no checkpoint is there ("The passed
@@ -239,6 +381,7 @@ class Saver:
             return
         if save_path is None:
             raise CkptsyncValueError("Can't load save_path when it is None.")
+        self._finish_async()
         if not ckpt.checkpoint_exists(save_path):
             raise CkptsyncValueError(f"The passed save_path is not a valid checkpoint: {save_path}")
         try:

@@ -236,13 +236,19 @@ def run_training(opts: TrainerOptions, on_progress: Callable[[Progress], None] |
         OpError: a checkpoint could not be written or restored.
     """
     stop_event = stop_event or threading.Event()
+    # Data parallelism under mpiexec (identity in one process): see ckptsync.distributed.
+    from ..distributed._trainer import DataParallel
+
+    par = DataParallel(stop_event)
+    stop_event = par.stop_event
     build_net = load_build_net(opts.model_path)
     graph = Graph()
     with graph.as_default():
         set_random_seed(opts.seed)
         device = canonical_device(opts.device)
-        spec = _call_build_net(build_net, graph, device, ModeKeys.TRAIN, opts.learning_rate,
-                               opts.model_path)
+        with par.building(graph):
+            spec = _call_build_net(build_net, graph, device, ModeKeys.TRAIN, opts.learning_rate,
+                                   opts.model_path)
         if not hasattr(spec, "require_training"):
             raise ModelFileError(f"build_net in {opts.model_path} must return a cs.ModelSpec, "
                                  f"got {type(spec).__name__}.")
@@ -251,17 +257,19 @@ def run_training(opts: TrainerOptions, on_progress: Callable[[Progress], None] |
             raise ModelFileError(
                 f"build_net in {opts.model_path} must create the global step "
                 "(cs.train.get_or_create_global_step()) and pass it to minimize().")
+        par.check_graph(graph, opts.model_path)
         data = load_dataset(opts.data, tuple(spec.inputs), tuple(spec.labels))
         feeds = {**spec.inputs, **spec.labels}
         for name, t in feeds.items():
             _check_feeds(name, t, data.train[name], opts.data)
-        iterator = BatchIterator(data.train, opts.batch_size, seed=opts.seed)
-        restored_meta = _restorable_position(opts) if opts.resume else None
+        iterator = BatchIterator(data.train, par.global_batch_size(opts.batch_size),
+                                 seed=opts.seed)
+        restored_meta = par.from_chief(
+            lambda: _restorable_position(opts) if opts.resume else None)
         if restored_meta is not None:
             iterator.restore(restored_meta)
         evaluate = _make_evaluator(spec, data.test)
-        saver = _FiniteSaver(max_to_keep=opts.max_to_keep,
-                             **({"async_save": True} if opts.async_save else {}))
+        saver = _FiniteSaver(max_to_keep=opts.max_to_keep, async_save=opts.async_save)
         graph.add_to_collection(GraphKeys.SAVERS, saver)
         scaffold = Scaffold(saver=saver)
         saver_hook = CheckpointSaverHook(
@@ -269,15 +277,16 @@ def run_training(opts: TrainerOptions, on_progress: Callable[[Progress], None] |
             scaffold=scaffold, metadata_fn=lambda: {"data": iterator.position})
         loop = _LoopHook(opts, spec.loss, evaluate, saver_hook, on_progress, stop_event)
         preflight = _PreflightHook(spec, data.train, opts.data)
-        hooks = [preflight, NanTensorHook(spec.loss), saver_hook, loop,
-                 StopAtStepHook(last_step=opts.steps)]
-        creator = ChiefSessionCreator(scaffold=scaffold,
-                                      checkpoint_dir=opts.checkpoint_dir if opts.resume else None)
+        hooks = [*par.hooks(), preflight, NanTensorHook(spec.loss),
+                 *par.chief_only([saver_hook]), loop, StopAtStepHook(last_step=opts.steps)]
+        creator = ChiefSessionCreator(
+            scaffold=scaffold,
+            checkpoint_dir=opts.checkpoint_dir if opts.resume and par.is_chief else None)
         with MonitoredSession(creator, hooks=hooks) as sess:
             train_op = spec.train_op
             # A run restored at or past --steps trains no further (no extra step).
             while not sess.should_stop() and loop.start_step < opts.steps:
-                batch = next(iterator)
+                batch = par.shard(next(iterator))
                 sess.run(train_op, feed_dict={feeds[k]: v for k, v in batch.items()})
         step = saver_hook.last_saved_step or 0
         return TrainingSummary(

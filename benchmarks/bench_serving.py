@@ -1,0 +1,480 @@
+"""Serving: freshness, predict throughput against a bare starlette app, reloads under load,
+memory across swaps. Loopback only; every server and load generator is its own process.
+
+What runs (digits MLP 64->128->128->10, ``examples/digits_mlp.py``, batch 1):
+
+- ``infer serve`` (ckptsync) and a bare starlette+uvicorn app doing the same numpy forward
+  and the same JSON in and out (the limit of the HTTP stack), both with uvicorn's defaults.
+- A load generator process: asyncio streams with keep-alive, 16 connections, one
+  request in flight per connection, a pre-encoded request; it counts status codes and
+  records latency per request. (httpx costs more CPU per request than the server does on
+  2 cores, so it would measure itself.)
+- Freshness: publish a checkpoint (``write_checkpoint`` then ``update_checkpoint_state``),
+  then predict back to back on one connection until an answer carries the new version;
+  timed from the start of the state-file update (the moment a reader may see it) to that
+  answer. Retention keeps the last 5 checkpoints, as a Saver does.
+- Throughput: ckptsync, bare, and ckptsync while a checkpoint lands every 100 ms,
+  alternating, ``--repeats`` rounds of ``--duration-s`` each.
+- Memory: the server's RSS (``/proc``) after warm-up (base), its peak (VmHWM, reset at base
+  through ``/proc/PID/clear_refs``) and its RSS after ``--swaps`` swaps under load.
+
+    python benchmarks/bench_serving.py [--duration-s 2] [--repeats 5] [--publishes 200]
+        [--swaps 1000]
+
+The last line is the headline: ckptsync's throughput / the bare app's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+MODEL_FILE = os.path.join(ROOT, "examples", "digits_mlp.py")
+SIZES = (64, 128, 128, 10)
+KEEP = 5
+
+try:
+    from _common import summary
+except ImportError:  # run as a module
+    from benchmarks._common import summary
+
+
+# --------------------------------------------------------------------------- checkpoints
+def make_params(step: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(step)
+    out = {}
+    for i, (a, b) in enumerate(zip(SIZES[:-1], SIZES[1:])):
+        out[f"dense{i}/w"] = (rng.standard_normal((a, b)) * 0.1).astype(np.float32)
+        out[f"dense{i}/b"] = np.full((b,), step * 1e-3, np.float32)
+    return out
+
+
+class Publisher:
+    """Publishes model.ckpt-<step> as a Saver does, keeping the last ``KEEP``."""
+
+    def __init__(self, directory: str):
+        from ckptsync import checkpoint as ckpt
+
+        self.ckpt, self.directory, self.kept = ckpt, directory, []
+        self.step = 0
+        self.base = make_params(0)
+
+    def write(self) -> str:
+        self.step += 1
+        prefix = os.path.join(self.directory, f"model.ckpt-{self.step}")
+        arrays = dict(self.base)
+        arrays["dense2/b"] = np.full((SIZES[-1],), self.step * 1e-3, np.float32)
+        self.ckpt.write_checkpoint(prefix, arrays, global_step=self.step)
+        return prefix
+
+    def name(self, prefix: str) -> None:
+        self.kept.append(prefix)
+        self.ckpt.update_checkpoint_state(self.directory, prefix, self.kept[-KEEP:])
+
+    def evict(self) -> None:
+        while len(self.kept) > KEEP:
+            self.ckpt.remove_checkpoint(self.kept.pop(0))
+
+    def publish(self) -> int:
+        self.name(self.write())
+        self.evict()
+        return self.step
+
+
+# --------------------------------------------------------------------------- HTTP bits
+def request_bytes(path: str, body: bytes) -> bytes:
+    return (
+        f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+def parse_head(head: bytes) -> tuple[int, int, int | None]:
+    """(status, content-length, x-model-version or None) of a response head."""
+    status = int(head[9:12])
+    length, version = 0, None
+    for line in head.lower().split(b"\r\n")[1:]:
+        if line.startswith(b"content-length:"):
+            length = int(line[15:])
+        elif line.startswith(b"x-model-version:"):
+            version = int(line[16:])
+    return status, length, version
+
+
+class Probe:
+    """One keep-alive connection that predicts back to back (blocking)."""
+
+    def __init__(self, port: int, req: bytes):
+        self.port, self.req = port, req
+        self.connect()
+
+    def connect(self) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = b""
+
+    def predict(self) -> tuple[int, int | None]:
+        try:
+            return self._predict()
+        except (ConnectionError, OSError):  # the server closed an idle keep-alive connection
+            self.sock.close()
+            self.connect()
+            return self._predict()
+
+    def _predict(self) -> tuple[int, int | None]:
+        self.sock.sendall(self.req)
+        while b"\r\n\r\n" not in self.buf:
+            self.buf += self._recv()
+        head, _, rest = self.buf.partition(b"\r\n\r\n")
+        status, length, version = parse_head(head)
+        while len(rest) < length:
+            rest += self._recv()
+        self.buf = rest[length:]
+        return status, version
+
+    def _recv(self) -> bytes:
+        data = self.sock.recv(65536)
+        if not data:
+            raise ConnectionError("server closed the connection")
+        return data
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+# --------------------------------------------------------------------------- load generator
+async def _connection(port: int, req: bytes, t_start: float, t_end: float, out: dict) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    sock = writer.get_extra_info("socket")
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    lat, codes = out["lat"], out["codes"]
+    perf = time.perf_counter
+    try:
+        while True:
+            t0 = perf()
+            if t0 >= t_end:
+                break
+            writer.write(req)
+            head = await reader.readuntil(b"\r\n\r\n")
+            status, length, _ = parse_head(head)
+            if length:
+                await reader.readexactly(length)
+            if t0 >= t_start:
+                lat.append(perf() - t0)
+                codes[status] += 1
+    finally:
+        writer.close()
+
+
+async def _load(port: int, req: bytes, connections: int, warmup_s: float, duration_s: float):
+    out: dict[str, Any] = {"lat": [], "codes": Counter()}
+    t_start = time.perf_counter() + warmup_s
+    t_end = t_start + duration_s
+    await asyncio.gather(
+        *(_connection(port, req, t_start, t_end, out) for _ in range(connections))
+    )
+    return out
+
+
+def load_main(argv: list[str]) -> None:
+    port, connections, warmup_s, duration_s = (
+        int(argv[0]), int(argv[1]), float(argv[2]), float(argv[3])
+    )
+    req = sys.stdin.buffer.read()
+    out = asyncio.run(_load(port, req, connections, warmup_s, duration_s))
+    lat = sorted(out["lat"])
+    n = len(lat)
+    print(
+        json.dumps(
+            {
+                "requests": n,
+                "rps": n / duration_s,
+                "p50_ms": lat[n // 2] * 1e3 if n else None,
+                "p99_ms": lat[min(n - 1, int(n * 0.99))] * 1e3 if n else None,
+                "codes": {str(k): v for k, v in out["codes"].items()},
+            }
+        )
+    )
+
+
+def run_load(port: int, req: bytes, connections: int, duration_s: float, warmup_s: float = 0.3):
+    r = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "_load", str(port), str(connections),
+         str(warmup_s), str(duration_s)],
+        input=req, capture_output=True, timeout=duration_s + 60,
+    )
+    if r.returncode != 0:
+        raise RuntimeError(f"load generator failed: {r.stderr.decode()[-2000:]}")
+    return json.loads(r.stdout)
+
+
+# --------------------------------------------------------------------------- the bare app
+def bare_main(argv: list[str]) -> None:
+    """A bare starlette+uvicorn app doing the same numpy forward and JSON as ckptsync."""
+    port_file, prefix = argv
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1)
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    from ckptsync import checkpoint as ckpt
+
+    p = ckpt.read_checkpoint(prefix)
+    w0, b0, w1, b1, w2, b2 = (p[k] for k in
+                              ("dense0/w", "dense0/b", "dense1/w", "dense1/b", "dense2/w",
+                               "dense2/b"))
+
+    async def predict(request: Request) -> Response:
+        payload = json.loads(await request.body())
+        x = np.asarray(payload["instances"], np.float32)
+        h = np.maximum(x @ w0 + b0, 0)
+        h = np.maximum(h @ w1 + b1, 0)
+        logits = h @ w2 + b2
+        e = np.exp(logits - logits.max(axis=1, keepdims=True))
+        probs = e / e.sum(axis=1, keepdims=True)
+        classes = logits.argmax(axis=1)
+        preds = [{"classes": c, "probabilities": q}
+                 for c, q in zip(classes.tolist(), probs.tolist())]
+        body = json.dumps({"predictions": preds, "model_version": 1}).encode()
+        return Response(body, media_type="application/json")
+
+    app = Starlette(routes=[Route("/v1/models/digits:predict", predict, methods=["POST"])])
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # NODELAY
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(2048)
+    with open(port_file + ".tmp", "w") as f:
+        f.write(str(sock.getsockname()[1]))
+    os.replace(port_file + ".tmp", port_file)
+    config = uvicorn.Config(app, log_level="warning", access_log=False)
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+# --------------------------------------------------------------------------- processes
+def start(cmd: list[str], port_file: str) -> tuple[subprocess.Popen, int]:
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not os.path.exists(port_file):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"{cmd[:4]} did not start: {proc.stderr.read().decode()[-2000:]}")
+        time.sleep(0.02)
+    return proc, int(open(port_file).read())
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+    if proc.stderr is not None:
+        proc.stderr.close()
+
+
+def rss_kib(pid: int, field: str = "VmRSS") -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no {field} for pid {pid}")
+
+
+def reset_peak(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def wait_version(probe: Probe, version: int, timeout_s: float = 30.0) -> float:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status, v = probe.predict()
+        if status == 200 and v is not None and v >= version:
+            return time.perf_counter()
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"version {version} not served within {timeout_s} s (last {v})")
+
+
+def freshness(pub: Publisher, probe: Probe, n: int) -> list[float]:
+    samples = []
+    for _ in range(n):
+        prefix = pub.write()
+        t0 = time.perf_counter()
+        pub.name(prefix)
+        samples.append(wait_version(probe, pub.step) - t0)
+        pub.evict()
+        time.sleep(0.005)
+    return samples
+
+
+def percentile(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(len(s) * q))]
+
+
+# --------------------------------------------------------------------------- main
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--duration-s", type=float, default=2.0)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--connections", type=int, default=16)
+    ap.add_argument("--publishes", type=int, default=200)
+    ap.add_argument("--swaps", type=int, default=1000)
+    args = ap.parse_args()
+
+    work = tempfile.mkdtemp(prefix="bench-serving-")
+    procs: list[subprocess.Popen] = []
+    try:
+        ckpts = os.path.join(work, "ckpts")
+        os.makedirs(ckpts)
+        pub = Publisher(ckpts)
+        first = pub.write()
+        pub.name(first)
+        env_cmd = [sys.executable, "-m", "ckptsync.cli.infer", "serve", "--model", MODEL_FILE,
+                   "--checkpoint-dir", ckpts, "--port", "0", "--log-level", "warning",
+                   "--model-name", "digits"]
+        ck, ck_port = start(env_cmd + ["--port-file", os.path.join(work, "ck.port")],
+                            os.path.join(work, "ck.port"))
+        procs.append(ck)
+        bare, bare_port = start([sys.executable, os.path.abspath(__file__), "_bare",
+                                 os.path.join(work, "bare.port"), first],
+                                os.path.join(work, "bare.port"))
+        procs.append(bare)
+
+        x = np.random.default_rng(0).random((1, 64)).round(4).tolist()
+        body = json.dumps({"instances": x}).encode()
+        req = request_bytes("/v1/models/digits:predict", body)
+        probe = Probe(ck_port, req)
+        wait_version(probe, 1)
+        bare_probe = Probe(bare_port, req)
+        assert bare_probe.predict()[0] == 200
+        bare_probe.close()
+
+        # Freshness, idle server.
+        fresh = freshness(pub, probe, args.publishes)
+
+        # Throughput: ckptsync, bare, ckptsync + a checkpoint every 100 ms; alternating.
+        runs: dict[str, list[dict]] = {"ckptsync": [], "bare": [], "reload": []}
+        published: list[int] = []
+        for _ in range(args.repeats):
+            runs["ckptsync"].append(run_load(ck_port, req, args.connections, args.duration_s))
+            runs["bare"].append(run_load(bare_port, req, args.connections, args.duration_s))
+            stop_pub = threading.Event()
+
+            def publisher(stop_pub: threading.Event = stop_pub) -> None:
+                while not stop_pub.wait(0.1):
+                    published.append(pub.publish())
+
+            t = threading.Thread(target=publisher)
+            t.start()
+            try:
+                runs["reload"].append(run_load(ck_port, req, args.connections, args.duration_s))
+            finally:
+                stop_pub.set()
+                t.join(30)
+
+        # Memory across swaps, under a light load (4 connections) so that requests hold
+        # old snapshots while new ones land.
+        wait_version(probe, pub.step)
+        for _ in range(50):
+            probe.predict()
+        base = rss_kib(ck.pid)
+        peak_ok = reset_peak(ck.pid)
+        load = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "_load", str(ck_port), "4", "0",
+             "600"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+        )
+        procs.append(load)
+        assert load.stdin is not None
+        load.stdin.write(req)
+        load.stdin.close()
+        loaded_fresh = []
+        for _ in range(args.swaps):
+            prefix = pub.write()
+            t0 = time.perf_counter()
+            pub.name(prefix)
+            loaded_fresh.append(wait_version(probe, pub.step) - t0)
+            pub.evict()
+        stop(load)
+        for _ in range(50):
+            probe.predict()
+        end = rss_kib(ck.pid)
+        peak = rss_kib(ck.pid, "VmHWM") if peak_ok else max(base, end)
+        probe.close()
+        params_kib = sum(a.nbytes for a in make_params(0).values()) / 1024
+    finally:
+        for p in procs:
+            stop(p)
+        shutil.rmtree(work, ignore_errors=True)
+
+    def col(name: str, key: str) -> list[float]:
+        return [r[key] for r in runs[name]]
+
+    errors = {name: sum(v for k, v in Counter().items()) for name in runs}
+    for name, rs in runs.items():
+        errors[name] = sum(n for r in rs for code, n in r["codes"].items() if code != "200")
+    ck_rps, bare_rps, rl_rps = (statistics.median(col(n, "rps")) for n in runs)
+    ck_p99, rl_p99 = statistics.median(col("ckptsync", "p99_ms")), statistics.median(
+        col("reload", "p99_ms"))
+    ratio = ck_rps / bare_rps
+
+    def rps_row(name: str, label: str) -> str:
+        med, lo, hi = summary(col(name, "rps"))
+        p50 = statistics.median(col(name, "p50_ms"))
+        p99 = statistics.median(col(name, "p99_ms"))
+        return (f"| {label:<40} | {med:8.0f} req/s (min {lo:.0f}, max {hi:.0f}) | p50 {p50:.2f} ms,"
+                f" p99 {p99:.2f} ms | errors {errors[name]} |")
+
+    print(f"digits MLP, batch 1, {args.connections} connections, loopback, "
+          f"{args.repeats} x {args.duration_s:g} s alternating; {os.cpu_count()} CPUs")
+    print(f"| freshness, idle, {len(fresh)} publishes            | p50 "
+          f"{percentile(fresh, 0.5) * 1e3:.2f} ms, p99 {percentile(fresh, 0.99) * 1e3:.2f} ms, "
+          f"max {max(fresh) * 1e3:.2f} ms | target p50 <= 5 ms, p99 <= 25 ms |")
+    print(f"| freshness, under load, {len(loaded_fresh)} publishes     | p50 "
+          f"{percentile(loaded_fresh, 0.5) * 1e3:.2f} ms, p99 "
+          f"{percentile(loaded_fresh, 0.99) * 1e3:.2f} ms | (information) |")
+    print(rps_row("bare", "bare starlette+uvicorn (the limit)"))
+    print(rps_row("ckptsync", "infer serve"))
+    print(rps_row("reload", "infer serve, a checkpoint every 100 ms"))
+    print(f"| reload / no reload                        | throughput {rl_rps / ck_rps:.2f}x, "
+          f"p99 {rl_p99 / ck_p99:.2f}x, {len(published)} reloads, errors {errors['reload']} "
+          f"| target >= 0.85x, <= 1.5x, 0 |")
+    print(f"| memory over {args.swaps} swaps (params {params_kib:.0f} KiB) | base {base} KiB, "
+          f"peak {peak} KiB (base + {peak - base} KiB = {(peak - base) / params_kib:.2f}x params),"
+          f" end {end} KiB ({(end / base - 1) * 100:+.2f} %) | target peak <= base + 2x params, "
+          f"growth <= 5 % |")
+    print(f"headline: infer serve / bare starlette throughput = {ratio:.2f}x (target >= 0.9x)")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "_load":
+        load_main(sys.argv[2:])
+    elif len(sys.argv) > 1 and sys.argv[1] == "_bare":
+        bare_main(sys.argv[2:])
+    else:
+        main()

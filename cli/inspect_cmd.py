@@ -1,0 +1,90 @@
+"""``ckptsync inspect PREFIX_OR_DIR``: what a checkpoint holds, as TF1's inspect_checkpoint.
+
+Prints the checkpoint's prefix, global step, creation time, writer and every variable's
+name, dtype and shape (from the index, so even 10,000 variables list at once); with
+``--tensor NAME`` or ``--all-tensors`` also values (read and verified).
+
+Exit codes: 0 ok; 1 missing, unreadable or corrupt checkpoint, or unknown tensor; 2 usage.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+
+import click
+import numpy as np
+
+from ckptsync.checkpoint import CheckpointReader, latest_checkpoint
+from ckptsync.errors import CkptsyncError, OpError
+
+from ._common import EXIT_USAGE, fail
+
+
+def _resolve(path: str) -> str:
+    if os.path.isdir(path):
+        try:
+            latest = latest_checkpoint(path)
+        except CkptsyncError as e:
+            fail(str(e))
+        if latest is None:
+            fail(f"no checkpoint in directory {path}: its 'checkpoint' state file is missing, "
+                 f"unreadable or names a checkpoint that does not exist.")
+        return latest
+    return path
+
+
+def _message(e: CkptsyncError) -> str:
+    return e.message if isinstance(e, OpError) else str(e)
+
+
+@click.command("inspect")
+@click.argument("prefix_or_dir", metavar="PREFIX_OR_DIR")
+@click.option("--tensor", "tensor", metavar="NAME", default=None,
+              help="Also print this variable's values (e.g. dense0/w).")
+@click.option("--all-tensors", is_flag=True, help="Also print every variable's values.")
+def inspect(prefix_or_dir: str, tensor: str | None, all_tensors: bool) -> None:
+    """List a checkpoint's variables, step and creation time.
+
+    PREFIX_OR_DIR is a checkpoint prefix (ckpts/model.ckpt-1200, with or without .h5) or
+    a checkpoint directory (its latest checkpoint).
+
+    \b
+    Example:
+      ckptsync inspect ckpts
+      ckptsync inspect ckpts/model.ckpt-1200 --tensor dense0/w
+    """
+    if tensor is not None and all_tensors:
+        fail("--tensor and --all-tensors are mutually exclusive; pass one.", EXIT_USAGE)
+    if not prefix_or_dir:
+        fail("PREFIX_OR_DIR must not be empty.", EXIT_USAGE)
+    prefix = _resolve(prefix_or_dir)
+    try:
+        with CheckpointReader(prefix) as reader:
+            if tensor is not None and tensor.endswith(":0"):
+                tensor = tensor[:-2]
+            if tensor is not None and not reader.has_tensor(tensor):
+                fail(f"Key {tensor} not found in checkpoint {reader.path}")
+            shapes = reader.get_variable_to_shape_map()
+            dtypes = reader.get_variable_to_dtype_map()
+            created = datetime.datetime.fromtimestamp(reader.created_unix_s, datetime.timezone.utc)
+            click.echo(f"checkpoint: {prefix}")
+            click.echo(f"file: {reader.path} ({os.path.getsize(reader.path)} bytes)")
+            step = "none" if reader.global_step is None else str(reader.global_step)
+            click.echo(f"global_step: {step}")
+            click.echo(f"created: {created.isoformat(timespec='seconds')} "
+                       f"(unix {reader.created_unix_s:.3f})")
+            click.echo(f"writer: {reader.writer}, format version {reader.format_version}")
+            click.echo(f"variables: {len(shapes)}, {reader.nbytes} bytes")
+            width = max([len(n) for n in shapes] + [4])
+            click.echo(f"{'name':<{width}}  {'dtype':<10}  shape")
+            for name in sorted(shapes):
+                click.echo(f"{name:<{width}}  {dtypes[name].name:<10}  {shapes[name]}")
+            names = sorted(shapes) if all_tensors else [tensor] if tensor else []
+            for name in names:
+                value = reader.get_tensor(name)
+                click.echo(f"\ntensor_name: {name}  dtype: {value.dtype.name}  "
+                           f"shape: {list(value.shape)}")
+                click.echo(np.array2string(value))
+    except CkptsyncError as e:
+        fail(_message(e))

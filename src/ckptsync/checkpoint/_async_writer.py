@@ -1,0 +1,464 @@
+"""AsyncCheckpointWriter: checkpoints written by a background *process*.
+
+``train.Saver(async_save=True)`` owns one writer. Who calls what, in what order::
+
+    trainer thread                         writer process (python, one per writer)
+    --------------                         ---------------------------------------
+    submit(prefix, arrays, state, delete)
+      wait for the previous job
+      copy arrays into shared memory  -->  write_checkpoint(prefix)   temp, fsync, rename
+      send the job, return                 update_checkpoint_state    only after that
+    ... training changes the variables     remove_checkpoint(evicted)  only after that
+    wait() / next submit / close()    <--  "ok" or the error (type and message)
+
+The copy is the only time the trainer is blocked; hashing, HDF5 encoding, ``write`` and
+``fsync`` run in the other process, so they never hold the trainer's interpreter lock.
+The shared memory is an anonymous ``memfd`` (an unlinked temp file where memfd is
+missing), sent to the worker over a Unix socket; it is reused from save to save (it
+holds one copy of the variables) and vanishes with the last process that maps it, so a
+SIGKILL leaks nothing. The worker exits when its socket closes (the owner closed, or
+died); it ignores SIGINT so that Ctrl-C in a terminal does not cut a save short.
+
+The state file is rewritten by the worker only after the data file is durable, so it
+never names a checkpoint that was not fully written. A failed job (an error in the
+worker, or the worker dying) is raised by the next :meth:`~AsyncCheckpointWriter.submit`,
+:meth:`~AsyncCheckpointWriter.wait` or :meth:`~AsyncCheckpointWriter.close`; the next
+submit after that starts a fresh worker.
+
+Thread-safety: not thread-safe; one owner (thread) calls submit/wait/close.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import mmap
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+
+from .. import errors
+from ..errors import CkptsyncError, CkptsyncRuntimeError, OpError, UnknownError
+from . import _format
+
+__all__ = ["AsyncCheckpointWriter", "StateUpdate", "worker_main"]
+
+logger = logging.getLogger(__name__)
+
+# The worker's command line; the socket's fd number is appended. A module attribute so
+# tests can wrap the worker (e.g. to inject a failing fsync).
+WORKER_COMMAND: list[str] = [
+    sys.executable,
+    "-c",
+    "from ckptsync.checkpoint._async_writer import worker_main; worker_main()",
+]
+_ALIGN_BYTES = 64
+_GROW_BYTES = 1 << 20
+_CLOSE_TIMEOUT_S = 60.0
+_HEADER = struct.Struct(">I")
+
+
+@dataclass(frozen=True)
+class StateUpdate:
+    """The state file the worker writes once the data file is durable.
+
+    Attributes:
+        save_dir: the checkpoint directory (absolute).
+        model_checkpoint_path: the new checkpoint's prefix (absolute).
+        all_model_checkpoint_paths: retained prefixes, oldest first.
+        latest_filename: the state file's name, e.g. ``"checkpoint"``.
+    """
+
+    save_dir: str
+    model_checkpoint_path: str
+    all_model_checkpoint_paths: list[str]
+    latest_filename: str = "checkpoint"
+
+
+# -- framing ------------------------------------------------------------------------
+def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
+    chunks = []
+    while n:
+        chunk = sock.recv(min(n, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def _send_frame(sock: socket.socket, tag: bytes, doc: Any) -> None:
+    data = json.dumps(doc, allow_nan=False).encode("utf-8")
+    sock.sendall(tag + _HEADER.pack(len(data)) + data)
+
+
+def _recv_frame(sock: socket.socket) -> Any | None:
+    header = _recv_exact(sock, _HEADER.size)
+    if header is None:
+        return None
+    body = _recv_exact(sock, _HEADER.unpack(header)[0])
+    return None if body is None else json.loads(body.decode("utf-8"))
+
+
+def _error_from_reply(reply: Mapping[str, Any]) -> CkptsyncError:
+    name, message = str(reply.get("type")), str(reply.get("message"))
+    cls = getattr(errors, name, None)
+    if isinstance(cls, type) and issubclass(cls, OpError):
+        return cls(None, None, message)
+    if isinstance(cls, type) and issubclass(cls, CkptsyncError):
+        return cls(message)
+    return UnknownError(None, None, f"{name}: {message}")
+
+
+def _new_shared_fd(size_bytes: int) -> int:
+    memfd_create = getattr(os, "memfd_create", None)
+    if memfd_create is not None:
+        fd = int(memfd_create("ckptsync-async-save", getattr(os, "MFD_CLOEXEC", 1)))
+    else:  # no memfd: an unlinked temp file, preferably in RAM
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        fd, path = tempfile.mkstemp(prefix="ckptsync-async-save-", dir=shm)
+        os.unlink(path)
+    try:
+        os.ftruncate(fd, size_bytes)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+class _Buffer:
+    """One shared-memory buffer mapped read-write in the owner."""
+
+    def __init__(self, size_bytes: int):
+        self.size_bytes = size_bytes
+        self.fd = _new_shared_fd(size_bytes)
+        self.mm = mmap.mmap(self.fd, size_bytes)
+
+    def close(self) -> None:
+        self.mm.close()
+        os.close(self.fd)
+
+
+def _layout(arrays: Mapping[str, np.ndarray]) -> tuple[list[dict[str, Any]], int]:
+    entries, offset = [], 0
+    for name, arr in arrays.items():
+        entries.append(
+            {"name": name, "dtype": arr.dtype.name, "shape": list(arr.shape), "offset": offset}
+        )
+        offset += -(-arr.nbytes // _ALIGN_BYTES) * _ALIGN_BYTES
+    return entries, offset
+
+
+def _shutdown(proc: subprocess.Popen[bytes], sock: socket.socket) -> None:
+    """Closes the socket (the worker exits after its job) and reaps the worker."""
+    try:
+        sock.close()
+    finally:
+        try:
+            proc.wait(timeout=_CLOSE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            logger.error("Checkpoint writer process %d did not exit; killing it.", proc.pid)
+            proc.kill()
+            proc.wait()
+
+
+class AsyncCheckpointWriter:
+    """Writes checkpoints in a worker process; at most one in flight.
+
+    The worker starts in the constructor (it imports in parallel with the caller's work).
+
+    Raises:
+        OSError: the worker could not be started.
+
+    Example:
+        >>> with AsyncCheckpointWriter() as w:  # doctest: +SKIP
+        ...     w.submit("ckpts/model.ckpt-5", {"w": np.ones(3)}, global_step=5)
+        ...     w.wait()
+    """
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._sock: socket.socket | None = None
+        self._finalizer: weakref.finalize[Any, Any] | None = None
+        self._buffer: _Buffer | None = None
+        self._buffer_sent = False
+        self._in_flight: str | None = None
+        self._closed = False
+        self._start()
+
+    # -- worker lifecycle ---------------------------------------------------------------
+    def _start(self) -> None:
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            proc = subprocess.Popen(
+                [*WORKER_COMMAND, str(child.fileno())],
+                pass_fds=[child.fileno()],
+                stdin=subprocess.DEVNULL,
+            )
+        except BaseException:
+            parent.close()
+            raise
+        finally:
+            child.close()
+        self._proc, self._sock, self._buffer_sent = proc, parent, False
+        self._finalizer = weakref.finalize(self, _shutdown, proc, parent)
+
+    def _stop(self) -> None:
+        if self._finalizer is not None:
+            self._finalizer()  # closes the socket and reaps the worker, once
+        self._proc = self._sock = self._finalizer = None
+
+    @property
+    def pid(self) -> int | None:
+        """The worker process's pid, or None while no worker runs."""
+        return None if self._proc is None else self._proc.pid
+
+    @property
+    def in_flight(self) -> str | None:
+        """The prefix being written, or None."""
+        return self._in_flight
+
+    # -- jobs ---------------------------------------------------------------------------
+    def submit(
+        self,
+        prefix: str,
+        arrays: Mapping[str, np.ndarray],
+        global_step: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        state: StateUpdate | None = None,
+        delete: Sequence[str] = (),
+    ) -> None:
+        """Waits for the previous job, copies ``arrays`` and starts writing ``prefix``.
+
+        Returns once the values are copied; the caller may change ``arrays`` then. The
+        worker writes ``<prefix>.h5`` (as :func:`write_checkpoint`), then ``state`` (if
+        given), then deletes the ``delete`` prefixes (errors there are logged).
+
+        Args:
+            prefix: absolute checkpoint prefix, e.g. ``"/runs/a/model.ckpt-1200"``.
+            arrays: key → array, as for :func:`write_checkpoint`.
+            global_step, metadata: as for :func:`write_checkpoint`.
+            state: the state file to publish after the data file is durable.
+            delete: evicted checkpoint prefixes to remove after the state file.
+
+        Raises:
+            CkptsyncTypeError, CkptsyncValueError: bad keys, dtypes, step or metadata
+                (checked here, before anything is sent).
+            OpError: the *previous* job failed (its error, naming its path).
+            CkptsyncRuntimeError: the writer is closed.
+        """
+        from .writer import check_global_step, metadata_json
+
+        if self._closed:
+            raise CkptsyncRuntimeError("The async checkpoint writer is closed.")
+        self.wait()
+        prepared = {
+            _format.validate_key(k): _format.normalize_array(k, v) for k, v in arrays.items()
+        }
+        step = check_global_step(global_step)
+        metadata_json(metadata)  # validates
+        entries, size = _layout(prepared)
+        if self._proc is not None and self._proc.poll() is not None:
+            self._stop()  # died while idle: nothing was lost, start a fresh one
+        if self._proc is None:
+            self._start()
+        self._copy_in(prepared, entries, size)
+        job = {
+            "prefix": prefix,
+            "global_step": step,
+            "metadata": None if metadata is None else dict(metadata),
+            "variables": entries,
+            "state": None if state is None else state.__dict__,
+            "delete": list(delete),
+        }
+        try:
+            self._send(job)
+        except OSError:  # the worker died while idle; nothing was lost: retry once
+            self._stop()
+            self._start()
+            try:
+                self._send(job)
+            except OSError as e:
+                self._stop()
+                raise UnknownError(
+                    None, None, f"Could not hand checkpoint {prefix} to the writer process: {e}"
+                ) from e
+        self._in_flight = prefix
+
+    def _send(self, job: dict[str, Any]) -> None:
+        assert self._sock is not None and self._buffer is not None
+        if not self._buffer_sent:
+            socket.send_fds(self._sock, [b"F"], [self._buffer.fd])
+            self._buffer_sent = True
+        _send_frame(self._sock, b"J", job)
+
+    def _copy_in(
+        self, arrays: Mapping[str, np.ndarray], entries: list[dict[str, Any]], size: int
+    ) -> None:
+        if self._buffer is None or self._buffer.size_bytes < size:
+            old, self._buffer = self._buffer, None
+            if old is not None:
+                old.close()
+            self._buffer = _Buffer(max(_GROW_BYTES, -(-size // _GROW_BYTES) * _GROW_BYTES))
+            self._buffer_sent = False
+        flat = np.frombuffer(self._buffer.mm, dtype=np.uint8)
+        try:
+            for entry in entries:
+                src = arrays[entry["name"]]
+                dst = flat[entry["offset"] : entry["offset"] + src.nbytes]
+                np.copyto(dst.view(src.dtype).reshape(src.shape), src)
+        finally:
+            del flat
+
+    def wait(self, timeout_s: float | None = None) -> None:
+        """Blocks until the job in flight (if any) is written, published and cleaned up.
+
+        Args:
+            timeout_s: give up after this many seconds (the job keeps running).
+
+        Raises:
+            OpError (ResourceExhaustedError, PermissionDeniedError, DataLossError,
+                UnknownError, ...): the job failed; the message names its path.
+            DeadlineExceededError: ``timeout_s`` passed.
+        """
+        prefix = self._in_flight
+        if prefix is None:
+            return
+        assert self._sock is not None and self._proc is not None
+        self._sock.settimeout(timeout_s)
+        try:
+            reply = _recv_frame(self._sock)
+        except TimeoutError as e:
+            raise errors.DeadlineExceededError(
+                None, None, f"Checkpoint {prefix} was not written within {timeout_s} s."
+            ) from e
+        except OSError:
+            reply = None
+        finally:
+            if self._sock is not None:
+                self._sock.settimeout(None)
+        self._in_flight = None
+        if reply is None:
+            pid = self._proc.pid
+            self._stop()
+            raise UnknownError(
+                None,
+                None,
+                f"The checkpoint writer process (pid {pid}) died while writing {prefix}; "
+                f"that checkpoint was not saved (the state file does not name it).",
+            )
+        if not reply.get("ok"):
+            raise _error_from_reply(reply)
+
+    def close(self) -> None:
+        """Waits for the job in flight, ends the worker and frees the shared memory.
+
+        Idempotent. Raises the job's error, as :meth:`wait`, after cleaning up.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.wait()
+        finally:
+            self._stop()
+            if self._buffer is not None:
+                self._buffer.close()
+                self._buffer = None
+
+    def __enter__(self) -> AsyncCheckpointWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+# -- the worker process -------------------------------------------------------------
+def _views(variables: list[dict[str, Any]], mm: mmap.mmap | None) -> dict[str, np.ndarray]:
+    arrays = {}
+    for v in variables:
+        dtype = np.dtype(v["dtype"])
+        count = int(np.prod(v["shape"], dtype=np.int64))
+        if count and mm is not None:
+            flat = np.frombuffer(mm, dtype=dtype, count=count, offset=v["offset"])
+        else:
+            flat = np.empty(0, dtype)
+        arrays[v["name"]] = flat.reshape(v["shape"])
+    return arrays
+
+
+def _run_job(job: Mapping[str, Any], mm: mmap.mmap | None) -> dict[str, Any]:
+    from .management import remove_checkpoint
+    from .state import update_checkpoint_state
+    from .writer import write_checkpoint
+
+    try:
+        write_checkpoint(
+            job["prefix"], _views(job["variables"], mm), job["global_step"], job["metadata"]
+        )
+        state = job["state"]
+        if state is not None:
+            update_checkpoint_state(
+                state["save_dir"],
+                state["model_checkpoint_path"],
+                all_model_checkpoint_paths=state["all_model_checkpoint_paths"],
+                latest_filename=state["latest_filename"],
+            )
+    except Exception as e:
+        return {"ok": False, "type": type(e).__name__, "message": getattr(e, "message", str(e))}
+    for old in job["delete"]:
+        try:
+            remove_checkpoint(old)
+        except Exception as e:  # as TF1: logged, not raised
+            logger.warning("Ignoring error deleting checkpoint %s: %s", old, e)
+    return {"ok": True}
+
+
+def worker_main() -> None:
+    """Entry point of the writer process: ``WORKER_COMMAND + [socket fd]``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    logging.basicConfig(level=logging.WARNING)
+    sock = socket.socket(fileno=int(sys.argv[-1]))
+    mm: mmap.mmap | None = None
+    while True:
+        try:
+            tag, fds, _, _ = socket.recv_fds(sock, 1, 1)
+        except OSError:
+            break
+        if not tag:
+            break
+        if tag == b"F":
+            if mm is not None:
+                try:
+                    mm.close()
+                except BufferError:  # a view survived; the GC unmaps it later
+                    pass
+            size = os.fstat(fds[0]).st_size
+            mm = mmap.mmap(fds[0], size, prot=mmap.PROT_READ)
+            os.close(fds[0])
+            continue
+        job = _recv_frame(sock)
+        if job is None:
+            break
+        reply = _run_job(job, mm)
+        try:
+            _send_frame(sock, b"", reply)
+        except OSError:
+            break
+    sock.close()

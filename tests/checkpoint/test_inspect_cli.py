@@ -1,0 +1,68 @@
+"""``ckptsync inspect``: listing, values, and one-line errors with exit codes 1 and 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from ckptsync.cli.main import main
+from click.testing import CliRunner
+
+from ckptsync.checkpoint import update_checkpoint_state, write_checkpoint
+
+
+@pytest.fixture
+def ckpts(tmp_path: Path) -> Path:
+    arrays = {"dense0/w": np.arange(6, dtype=np.float32).reshape(2, 3),
+              "dense0/b": np.zeros(3, np.float64), "global_step": np.int64(7)}
+    prefix = write_checkpoint(tmp_path / "model.ckpt-7", arrays, global_step=7)
+    update_checkpoint_state(str(tmp_path), prefix)
+    return tmp_path
+
+
+def _run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, ["inspect", *args], prog_name="ckptsync")
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_lists_names_shapes_dtypes_step_and_time(ckpts: Path) -> None:
+    code, out, _ = _run(str(ckpts))
+    assert code == 0
+    assert f"checkpoint: {ckpts / 'model.ckpt-7'}" in out
+    assert "global_step: 7" in out and "created: " in out and "format version 1" in out
+    lines = out.splitlines()
+    assert any(line.split() == ["dense0/w", "float32", "[2,", "3]"] for line in lines)
+    assert any(line.split() == ["dense0/b", "float64", "[3]"] for line in lines)
+    assert "tensor_name" not in out
+
+
+def test_prints_values_on_request(ckpts: Path) -> None:
+    code, out, _ = _run(str(ckpts / "model.ckpt-7.h5"), "--tensor", "dense0/w:0")
+    assert code == 0
+    assert "tensor_name: dense0/w" in out and "[[0. 1. 2.]\n [3. 4. 5.]]" in out
+    code, out, _ = _run(str(ckpts / "model.ckpt-7"), "--all-tensors")
+    assert code == 0 and out.count("tensor_name:") == 3
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "fragment"),
+    [
+        (["missing"], 1, "Failed to find any matching files for"),
+        (["{d}/model.ckpt-7", "--tensor", "nope"], 1, "Key nope not found in checkpoint"),
+        (["{d}/garbage"], 1, "is corrupt"),
+        (["{d}/empty_dir"], 1, "no checkpoint in directory"),
+        (["{d}", "--tensor", "x", "--all-tensors"], 2, "mutually exclusive"),
+        ([], 2, "Missing argument"),
+    ],
+)
+def test_errors_are_one_line_with_exit_codes(
+    ckpts: Path, args: list[str], code: int, fragment: str
+) -> None:
+    (ckpts / "garbage.h5").write_bytes(b"not hdf5 at all")
+    (ckpts / "empty_dir").mkdir()
+    exit_code, out, err = _run(*[a.format(d=ckpts) for a in args])
+    assert exit_code == code
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1 and fragment in err
+    assert err.startswith("ckptsync inspect: error: ")

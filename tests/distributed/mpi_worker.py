@@ -1,0 +1,111 @@
+"""Run under ``mpiexec -n N python mpi_worker.py OUT_DIR STEPS``: checks the library's
+collectives, broadcast and training on every rank; writes ``OUT_DIR/rank<r>.json``."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import ckptsync as cs
+from ckptsync import distributed as dist
+
+
+def checksum(values: dict[str, np.ndarray]) -> str:
+    h = hashlib.sha256()
+    for k in sorted(values):
+        h.update(k.encode())
+        h.update(np.ascontiguousarray(values[k]).tobytes())
+    return h.hexdigest()
+
+
+def rank_arrays(r: int) -> list[np.ndarray]:
+    """Many tensors of mixed dtypes whose values depend on the rank."""
+    rng = np.random.default_rng(r)
+    out: list[np.ndarray] = []
+    for i in range(40):
+        out.append(rng.normal(size=(i % 7 + 1, 5)).astype(np.float32))
+        if i % 5 == 0:
+            out.append(rng.integers(-50, 50, size=(i + 1,)).astype(np.int64))
+            out.append(rng.normal(size=(3,)))  # float64
+    return out
+
+
+def check_collectives(r: int, n: int) -> dict[str, bool]:
+    mine = rank_arrays(r)
+    every = [rank_arrays(k) for k in range(n)]
+    ok = {}
+    for op, fn in [(dist.ReduceOp.SUM, lambda xs: np.sum(xs, axis=0)),
+                   (dist.ReduceOp.MAX, lambda xs: np.max(xs, axis=0)),
+                   (dist.ReduceOp.MIN, lambda xs: np.min(xs, axis=0))]:
+        got = dist.allreduce(mine, op, fusion_threshold_bytes=256)  # forces many buffers
+        ok[op.name] = all(
+            g.dtype == m.dtype and g.shape == m.shape
+            and np.allclose(g, fn([e[i] for e in every]), rtol=1e-6)
+            for i, (g, m) in enumerate(zip(got, mine)))
+    got = dist.allreduce(mine)  # MEAN, default fusion: one buffer per dtype
+    ok["MEAN"] = all(
+        np.allclose(g, np.mean([e[i] for e in every], axis=0), rtol=1e-6) if m.dtype.kind == "f"
+        else np.array_equal(g, np.sum([e[i] for e in every], axis=0) // n)
+        for i, (g, m) in enumerate(zip(got, mine)))
+    ok["inputs_untouched"] = all(np.array_equal(a, b) for a, b in zip(mine, rank_arrays(r)))
+    got = dist.broadcast(mine, 1 % n)
+    ok["broadcast"] = all(np.array_equal(g, e) for g, e in zip(got, every[1 % n]))
+    ok["broadcast_object"] = dist.broadcast_object({"r": r}, 0) == {"r": 0}
+    ok["allgather_object"] = dist.allgather_object(r) == list(range(n))
+    return ok
+
+
+def build(seed: int) -> tuple[cs.Graph, object, object, object]:
+    g = cs.Graph()
+    with g.as_default():
+        cs.set_random_seed(seed)
+        x = cs.placeholder(cs.float32, [None, 8], name="x")
+        y = cs.placeholder(cs.int64, [None], name="y")
+        h = x
+        for i, units in enumerate((16, 4)):
+            with cs.variable_scope(f"dense{i}"):
+                w = cs.get_variable("w", [h.get_shape().as_list()[-1], units])
+                b = cs.get_variable("b", [units], initializer=cs.random_normal_initializer())
+                h = cs.nn.bias_add(cs.matmul(h, w), b)
+                if i == 0:
+                    h = cs.nn.relu(h)
+        loss = cs.reduce_mean(cs.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=h))
+        opt = dist.DistributedOptimizer(cs.train.AdamOptimizer(0.01))
+        train_op = opt.minimize(loss, global_step=cs.train.get_or_create_global_step())
+    return g, x, y, train_op
+
+
+def main() -> None:
+    out_dir, steps = Path(sys.argv[1]), int(sys.argv[2])
+    r, n = dist.rank(), dist.size()
+    report: dict[str, object] = {"rank": r, "size": n, "collectives": check_collectives(r, n)}
+
+    # Broadcast: ranks initialize with different seeds; after the hook all hold rank 0's.
+    g, x, y, train_op = build(seed=100 + r)
+    hook = dist.BroadcastGlobalVariablesHook(0)
+    with g.as_default():
+        names = [v.op.name for v in cs.global_variables()]
+        hook.begin()
+        with cs.Session(graph=g) as sess:
+            sess.run(cs.global_variables_initializer())
+            report["before"] = checksum(sess._read_variables(names))
+            hook.after_create_session(sess, None)
+            report["after_broadcast"] = checksum(sess._read_variables(names))
+            # N steps on this rank's own data: gradients are averaged, so all stay equal.
+            rng = np.random.default_rng(1000 + r)
+            for _ in range(steps):
+                sess.run(train_op, {x: rng.normal(size=(16, 8)), y: rng.integers(0, 4, 16)})
+            values = sess._read_variables(names)
+            report["after_training"] = checksum(values)
+            report["global_step"] = int(values["global_step"])
+            report["allreduce_ops"] = sum(op.type == "MpiAllreduce" for op in g.get_operations())
+    # A file per rank: the ranks' stdout lines may interleave.
+    (out_dir / f"rank{r}.json").write_text(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

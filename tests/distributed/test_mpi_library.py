@@ -1,0 +1,41 @@
+"""The library under 2 real MPI ranks: collectives, broadcast, lock-step training."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from .conftest import WORKER, mpiexec, needs_mpi, run_mpi
+
+pytestmark = [needs_mpi, pytest.mark.timeout(180)]
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory) -> list[dict]:
+    out_dir = tmp_path_factory.mktemp("mpi_worker")
+    r = run_mpi(mpiexec(2, sys.executable, WORKER, str(out_dir), "20"), timeout_s=150)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = [json.loads((out_dir / f"rank{k}.json").read_text()) for k in range(2)]
+    assert [d["rank"] for d in out] == [0, 1] and all(d["size"] == 2 for d in out)
+    return out
+
+
+def test_allreduce_and_broadcast_are_right_for_many_fused_tensors_of_mixed_dtypes(reports):
+    for d in reports:
+        assert all(d["collectives"].values()), d["collectives"]
+
+
+def test_broadcast_makes_ranks_initialized_with_different_seeds_equal(reports):
+    r0, r1 = reports
+    assert r0["before"] != r1["before"], "the ranks must start different for this test"
+    assert r0["after_broadcast"] == r1["after_broadcast"] == r0["before"]
+
+
+def test_after_n_steps_every_rank_holds_bit_identical_variables(reports):
+    r0, r1 = reports
+    assert r0["global_step"] == r1["global_step"] == 20
+    assert r0["after_training"] == r1["after_training"] != r0["after_broadcast"]
+    # The gradients of all variables went through one fused allreduce op.
+    assert r0["allreduce_ops"] == 1

@@ -1,0 +1,344 @@
+"""Saver faults with real processes and files: SIGKILL, failing fsync, disk full, open
+readers, saving over the restored prefix, background failures."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import ckptsync as cs
+from ckptsync import checkpoint as ckpt
+from ckptsync.checkpoint import _async_writer
+from ckptsync.errors import DataLossError, ResourceExhaustedError, UnknownError
+
+pytestmark = pytest.mark.slow
+
+# A model of ~2 MB whose every element equals the step it was saved at, so a reader can
+# tell a consistent checkpoint from a mixed or partial one.
+_SETUP = """
+import os, random, signal, sys, json
+import numpy as np
+import ckptsync as cs
+from ckptsync import checkpoint as ckpt
+d = sys.argv[1]
+g = cs.Graph()
+with g.as_default():
+    w = cs.get_variable("dense0/w", [500, 1000], initializer=cs.zeros_initializer())
+    b = cs.get_variable("dense0/b", [1000], dtype=cs.int64, initializer=cs.zeros_initializer())
+    init = cs.global_variables_initializer()
+sess = cs.Session(graph=g)
+sess.run(init)
+_graph_ctx = g.as_default()
+_graph_ctx.__enter__()  # Savers below find the variables in g
+
+def set_step(step):
+    sess._write_variables({"dense0/w": np.full((500, 1000), step, np.float32),
+                           "dense0/b": np.full(1000, step, np.int64)})
+
+def check_latest():
+    latest = ckpt.latest_checkpoint(d)
+    if latest is None:
+        return None
+    values = ckpt.read_checkpoint(latest, verify=True)
+    step = int(latest.rsplit("-", 1)[1])
+    assert (values["dense0/w"] == step).all() and (values["dense0/b"] == step).all(), latest
+    return step
+
+def temp_files():
+    return [n for n in os.listdir(d) if ".tmp-" in n]
+"""
+
+
+def _run_script(body: str, *args: str, timeout_s: float = 60) -> dict[str, Any]:
+    code = textwrap.dedent(_SETUP) + textwrap.dedent(body)
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          timeout=timeout_s)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_writer_sigkilled_at_random_moments_leaves_a_verified_latest(tmp_path: Path) -> None:
+    """60 trainer processes (forked from one warm parent) are SIGKILLed at random moments
+    of a save loop: during the data write, fsync, rename, state file, deletion. After
+    each kill latest_checkpoint names a checkpoint that reads, verifies and is
+    consistent, and the next Saver sweeps the dead writers' temp files."""
+    result = _run_script(
+        """
+        import time
+        random.seed(0)
+        kills, with_temp, steps = 0, 0, []
+        step = 0
+        for i in range(60):
+            step += 1000
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    saver = cs.train.Saver(max_to_keep=2)
+                    s = step
+                    while True:
+                        set_step(s)
+                        saver.save(sess, os.path.join(d, "model.ckpt"), global_step=s)
+                        s += 1
+                finally:
+                    os._exit(1)
+            random_delay = random.uniform(0.0, 0.08)
+            time.sleep(random_delay)
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            kills += 1
+            with_temp += bool(temp_files())
+            steps.append(check_latest())
+        saver = cs.train.Saver()
+        set_step(10**7)
+        saver.save(sess, os.path.join(d, "model.ckpt"), global_step=10**7)
+        print(json.dumps({"kills": kills, "with_temp": with_temp, "steps": steps,
+                          "temp_after": temp_files(), "final": check_latest()}))
+        """,
+        str(tmp_path),
+        timeout_s=90,
+    )
+    assert result["kills"] == 60
+    assert result["with_temp"] >= 1, "no kill landed mid-write; the test lost its power"
+    assert result["temp_after"] == []
+    assert result["final"] == 10**7
+    assert any(s is not None for s in result["steps"])
+
+
+def test_async_writer_process_sigkilled_at_random_moments(tmp_path: Path) -> None:
+    """The background writer is SIGKILLed at random moments: the failure surfaces at the
+    next save or wait (never a hang), the state file names only complete checkpoints,
+    the next save starts a fresh writer, and a later Saver sweeps the dead worker's temp
+    files."""
+    result = _run_script(
+        """
+        import time
+        from ckptsync.errors import UnknownError
+        random.seed(1)
+        surfaced, steps = 0, []
+        with cs.train.Saver(max_to_keep=2, async_save=True) as saver:
+            for i in range(12):
+                for k in range(3):
+                    step = i * 10 + k
+                    set_step(step)
+                    try:
+                        saver.save(sess, os.path.join(d, "model.ckpt"), global_step=step)
+                    except UnknownError:
+                        surfaced += 1
+                    time.sleep(random.uniform(0.0, 0.01))
+                pid = saver._writer.pid
+                time.sleep(random.uniform(0.0, 0.03))
+                if pid is not None:
+                    os.kill(pid, signal.SIGKILL)
+                try:
+                    saver.wait_until_finished()
+                except UnknownError:
+                    surfaced += 1
+                steps.append(check_latest())
+            set_step(999)
+            for attempt in range(2):  # the last kill may land on a queued job
+                try:
+                    saver.save(sess, os.path.join(d, "model.ckpt"), global_step=999)
+                    saver.wait_until_finished()
+                    break
+                except UnknownError:
+                    surfaced += 1
+        final = check_latest()
+        # A new Saver's first save sweeps the killed workers' temp files.
+        cs.train.Saver().save(sess, os.path.join(d, "other"), write_state=False)
+        print(json.dumps({"surfaced": surfaced, "steps": steps, "final": final,
+                          "temp_after": temp_files()}))
+        """,
+        str(tmp_path),
+        timeout_s=90,
+    )
+    assert result["surfaced"] >= 1
+    assert result["final"] == 999
+    assert result["temp_after"] == []
+
+
+def test_failing_fsync_fails_the_save_and_keeps_the_previous_state(tmp_path: Path) -> None:
+    """A real failing fsync cannot be had here, so the trainer subprocess replaces
+    ``os.fsync`` with one raising EIO. The save fails naming the file, leaves no
+    partial file, keeps the earlier checkpoint, does not advance the state file; a
+    later save writes again from memory."""
+    result = _run_script(
+        """
+        import errno
+        from ckptsync.errors import DataLossError
+        saver = cs.train.Saver(max_to_keep=2)
+        set_step(1)
+        saver.save(sess, os.path.join(d, "model.ckpt"), global_step=1)
+        real_fsync = os.fsync
+        def failing_fsync(fd):
+            raise OSError(errno.EIO, "Input/output error")
+        os.fsync = failing_fsync
+        set_step(2)
+        try:
+            saver.save(sess, os.path.join(d, "model.ckpt"), global_step=2)
+            message = None
+        except DataLossError as e:
+            message = str(e)
+        listing = sorted(os.listdir(d))
+        latest_after_failure = check_latest()
+        last = saver.last_checkpoints
+        os.fsync = real_fsync
+        set_step(3)
+        saver.save(sess, os.path.join(d, "model.ckpt"), global_step=3)
+        print(json.dumps({"message": message, "listing": listing, "last": last,
+                          "latest_after_failure": latest_after_failure,
+                          "latest_after_retry": check_latest()}))
+        """,
+        str(tmp_path),
+    )
+    assert result["message"] is not None
+    assert "model.ckpt-2.h5" in result["message"] and "Input/output error" in result["message"]
+    assert result["listing"] == ["checkpoint", "model.ckpt-1.h5"]
+    assert result["latest_after_failure"] == 1
+    assert result["last"] == [str(tmp_path / "model.ckpt-1")]
+    assert result["latest_after_retry"] == 3
+
+
+# -- async failures in the worker, injected through its command line --------------------
+def _model(tmp_path: Path) -> tuple[Any, Any]:
+    g = cs.Graph()
+    with g.as_default():
+        cs.get_variable("w", [1000], initializer=cs.ones_initializer())
+        init = cs.global_variables_initializer()
+    sess = cs.Session(graph=g)
+    sess.run(init)
+    return g, sess
+
+
+def _wrapped_worker(monkeypatch: pytest.MonkeyPatch, prelude: str) -> None:
+    code = prelude + "\nfrom ckptsync.checkpoint._async_writer import worker_main; worker_main()"
+    monkeypatch.setattr(_async_writer, "WORKER_COMMAND", [sys.executable, "-c", code])
+
+
+def test_async_failed_fsync_surfaces_at_wait_and_save_and_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer process's ``os.fsync`` is replaced with one raising EIO (a real failing
+    fsync cannot be had here). The error names the file and is raised by the next
+    wait, save or close; the state file never names the failed checkpoint."""
+    g, sess = _model(tmp_path)
+    good = ckpt.write_checkpoint(tmp_path / "good-0", {"w": np.ones(1000, np.float32)})
+    ckpt.update_checkpoint_state(str(tmp_path), good)
+    _wrapped_worker(monkeypatch, "import os, errno\n"
+                    "def f(fd): raise OSError(errno.EIO, 'Input/output error')\n"
+                    "os.fsync = f")
+    with g.as_default():
+        saver = cs.train.Saver(async_save=True)
+    try:
+        saver.save(sess, str(tmp_path / "model.ckpt"), global_step=1)
+        assert saver.last_checkpoints == [str(tmp_path / "model.ckpt-1")]
+        with pytest.raises(DataLossError, match=r"model\.ckpt-1\.h5: Input/output error"):
+            saver.wait_until_finished()
+        assert saver.last_checkpoints == []  # forgotten, never reported as saved
+        saver.save(sess, str(tmp_path / "model.ckpt"), global_step=2)
+        with pytest.raises(DataLossError, match=r"model\.ckpt-2\.h5"):  # at the next save
+            saver.save(sess, str(tmp_path / "model.ckpt"), global_step=3)
+        assert ckpt.latest_checkpoint(str(tmp_path)) == good
+        saver.save(sess, str(tmp_path / "model.ckpt"), global_step=4)
+    finally:
+        with pytest.raises(DataLossError, match=r"model\.ckpt-4\.h5"):  # at close
+            saver.close()
+        sess.close()
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint", "good-0.h5"]
+    assert ckpt.latest_checkpoint(str(tmp_path)) == good
+
+
+def test_async_disk_full_surfaces_as_resource_exhausted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer process runs under RLIMIT_FSIZE = 64 KiB (a full disk without root)."""
+    g, sess = _model(tmp_path)
+    _wrapped_worker(monkeypatch, "import resource, signal\n"
+                    "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+                    "resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))")
+    with g.as_default():
+        big = cs.get_variable("big", [100_000], initializer=cs.zeros_initializer())
+        sess.run(big.initializer)
+        saver = cs.train.Saver(async_save=True)
+    with saver:
+        saver.save(sess, str(tmp_path / "model.ckpt"), global_step=1)
+        with pytest.raises(ResourceExhaustedError, match=r"model\.ckpt-1\.h5: File too large"):
+            saver.wait_until_finished()
+    sess.close()
+    assert os.listdir(tmp_path) == []
+
+
+def test_async_worker_death_surfaces_as_unknown_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    g, sess = _model(tmp_path)
+    _wrapped_worker(monkeypatch, "import os\nos._exit(3)")
+    with g.as_default():
+        saver = cs.train.Saver(async_save=True)
+    try:
+        with pytest.raises(UnknownError, match=r"writer process|checkpoint writer"):
+            saver.save(sess, str(tmp_path / "model.ckpt"), global_step=1)
+            saver.wait_until_finished()
+    finally:
+        saver.close()
+        sess.close()
+    assert ckpt.latest_checkpoint(str(tmp_path)) is None
+
+
+# -- readers and overwrites ----------------------------------------------------------
+def test_open_reader_neither_blocks_nor_breaks_a_save_or_deletion(tmp_path: Path) -> None:
+    """Another process holds the first checkpoint open with plain h5py (default file
+    locking) while this one saves over it and then deletes it by retention."""
+    g, sess = _model(tmp_path)
+    with g.as_default():
+        saver = cs.train.Saver(max_to_keep=1)
+    first = saver.save(sess, str(tmp_path / "model.ckpt"), global_step=1)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent("""
+            import sys, h5py
+            f = h5py.File(sys.argv[1], "r")
+            print("open", flush=True)
+            sys.stdin.readline()
+            print(float(f["w"][...].sum()), flush=True)
+            """), f"{first}.h5"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdin is not None
+        assert holder.stdout.readline().strip() == "open"
+        in_process = ckpt.CheckpointReader(first)
+        sess._write_variables({"w": np.full(1000, 2.0, np.float32)})
+        saver.save(sess, str(tmp_path / "model.ckpt"), global_step=1)  # over the open file
+        saver.save(sess, str(tmp_path / "model.ckpt"), global_step=2)  # deletes it
+        assert not ckpt.checkpoint_exists(first)
+        out, _ = holder.communicate("go\n", timeout=30)
+        assert float(out.strip()) == 1000.0  # the old data, still readable
+        assert float(in_process.get_tensor("w").sum()) == 1000.0
+        in_process.close()
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait(timeout=30)
+        sess.close()
+    assert float(ckpt.load_variable(str(tmp_path), "w").sum()) == 2000.0
+
+
+def test_saving_over_the_prefix_just_restored_from(tmp_path: Path) -> None:
+    g, sess = _model(tmp_path)
+    with g.as_default():
+        saver = cs.train.Saver()
+    prefix = saver.save(sess, str(tmp_path / "model"))
+    saver.restore(sess, prefix)
+    sess._write_variables({"w": np.full(1000, 5.0, np.float32)})
+    assert saver.save(sess, str(tmp_path / "model")) == prefix
+    sess._write_variables({"w": np.zeros(1000, np.float32)})
+    saver.restore(sess, prefix)
+    np.testing.assert_array_equal(sess._read_variables(["w"])["w"], np.full(1000, 5.0))
+    assert ckpt.latest_checkpoint(str(tmp_path)) == prefix
+    sess.close()
