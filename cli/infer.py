@@ -144,6 +144,10 @@ def serve(
     limit_blas_threads(intra_op_threads)
     if not os.path.isfile(model_file):
         raise click.BadParameter(f"{model_file} is not a file", param_hint="'--model'")
+    if port_file is not None and not os.path.isdir(os.path.dirname(os.path.abspath(port_file))):
+        raise click.BadParameter(
+            f"the directory of {port_file} does not exist", param_hint="'--port-file'"
+        )
     if os.path.exists(checkpoint_dir) and not os.path.isdir(checkpoint_dir):
         raise click.BadParameter(
             f"{checkpoint_dir} exists and is not a directory", param_hint="'--checkpoint-dir'"
@@ -224,7 +228,12 @@ async def _serve(
             await asyncio.sleep(0.005)
         if server.started:
             if port_file:
-                _write_atomically(port_file, f"{port}\n")
+                try:
+                    _write_atomically(port_file, f"{port}\n")
+                except OSError as e:
+                    logger.error("cannot write --port-file %s: %s; shutting down", port_file, e)
+                    server.should_exit = True
+                    return
             logger.info("serving model %r on http://%s:%d", name, host, port)
 
     task = asyncio.create_task(announce())

@@ -189,3 +189,18 @@ def test_every_flipped_metadata_byte_is_caught_or_harmless(good: Path, tmp_path:
     counts = eval(proc.stdout.strip().splitlines()[-1])
     assert set(counts) <= {"same", "dataloss"}, counts
     assert counts["dataloss"] > 100, counts
+
+
+def test_fifo_named_as_a_checkpoint_is_refused_without_blocking(tmp_path):
+    """A FIFO would block an ordinary open() forever; the reader must refuse it at once."""
+    import os
+
+    from ckptsync.checkpoint import read_checkpoint
+    from ckptsync.errors import DataLossError
+
+    os.mkfifo(tmp_path / "model.ckpt-7.h5")
+    with pytest.raises(DataLossError, match="not a regular file"):
+        read_checkpoint(str(tmp_path / "model.ckpt-7"))
+    (tmp_path / "dir.h5").mkdir()
+    with pytest.raises(DataLossError, match="directory"):
+        read_checkpoint(str(tmp_path / "dir"))

@@ -262,7 +262,8 @@ def test_watcher_liveness_in_healthz_and_metrics_and_restart(tmp_path, mlp):
     with TestClient(create_app(manager, "mlp", own_manager=True)) as client:
         manager.wait_for_version(1, timeout_s=10)
         body = client.get("/healthz").json()
-        assert body["watcher"] == {"alive": True, "mode": "events", "restarts": 0}
+        assert body["watcher"] == {"alive": True, "mode": "events", "restarts": 0,
+                                    "state_error": None}
         assert body["loader"]["alive"] is True
         assert 'ckptsync_watcher_alive{mode="events",model="mlp"} 1.0' in client.get("/metrics").text
         manager._source._observer.stop()  # the observer thread dies
@@ -353,3 +354,32 @@ def test_corrupt_refused_previous_serves_status_shows_next_loads(tmp_path, mlp, 
         assert client.get("/readyz").status_code == 200
         publish(tmp_path, 3)
         assert manager.wait_for_version(3, timeout_s=10).version == 3
+
+
+def test_state_file_problems_show_in_healthz_and_serving_goes_on(tmp_path):
+    """A state file naming a path outside the directory is refused; /healthz says why."""
+    from starlette.testclient import TestClient
+
+    from ckptsync.serving import ModelManager, create_app
+
+    d = tmp_path / "ckpts"
+    publish(d, 1)
+    manager = ModelManager(MLPServable(), str(d), rescan_interval_s=0.05)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        client_cm = TestClient(create_app(manager, "mlp", own_manager=True))
+    with client_cm as client:
+        manager.wait_for_version(1, timeout_s=10)
+        (d / "checkpoint").write_text('model_checkpoint_path: "../../etc/passwd"\n')
+        deadline = time.monotonic() + 10
+        while client.get("/healthz").json()["watcher"]["state_error"] is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert "outside the checkpoint directory" in \
+            client.get("/healthz").json()["watcher"]["state_error"]
+        assert client.get("/readyz").json()["model_version"] == 1
+        assert client.get("/v1/models/mlp:predict").status_code == 405
+        (d / "checkpoint").unlink()  # the trainer rewrites the state file from scratch
+        publish(d, 2)
+        manager.wait_for_version(2, timeout_s=10)
+        assert client.get("/healthz").json()["watcher"]["state_error"] is None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import stat
 import sys
 from collections.abc import Iterable
 from types import TracebackType
@@ -102,8 +103,13 @@ class CheckpointReader:
 
     def _check_signature(self, prefix: str) -> int:
         try:
-            with open(self._path, "rb") as fh:
-                size = os.fstat(fh.fileno()).st_size
+            # O_NONBLOCK: a FIFO or device named as a checkpoint must not block the reader.
+            fd = os.open(self._path, os.O_RDONLY | os.O_NONBLOCK)
+            with os.fdopen(fd, "rb") as fh:
+                st = os.fstat(fh.fileno())
+                if not stat.S_ISREG(st.st_mode):
+                    raise self._loss("it is not a regular file (a directory, FIFO, device or socket)")
+                size = st.st_size
                 head = fh.read(9)
         except (FileNotFoundError, NotADirectoryError) as e:
             raise _not_found(prefix, self._path) from e
@@ -380,6 +386,8 @@ def read_checkpoint(
         >>> arrays = read_checkpoint("ckpts/model.ckpt-1200")  # doctest: +SKIP
     """
     with CheckpointReader(prefix) as reader:
+        if isinstance(names, str):  # one name, not its characters
+            names = [names]
         wanted = sorted(reader._index) if names is None else list(names)
         for name in wanted:
             if not reader.has_tensor(name):

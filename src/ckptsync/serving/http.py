@@ -234,6 +234,9 @@ class _Api:
         return version
 
     def check_name(self, name: str) -> None:
+        base, sep, verb = name.rpartition(":")
+        if sep and base == self.model_name and verb in ("predict", "pin", "unpin"):
+            raise _HttpError(405, f"method not allowed: ':{verb}' takes POST")
         if name != self.model_name:
             raise _HttpError(
                 404, f'model "{name}" not found; this server serves "{self.model_name}"'

@@ -266,7 +266,7 @@ class ModelManager:
         """Liveness of the watcher and the loader, for ``/healthz`` and metrics.
 
         Returns:
-            ``{"watcher": {"alive", "mode" ("events"|"poll"), "restarts"},
+            ``{"watcher": {"alive", "mode" ("events"|"poll"), "restarts", "state_error"},
             "loader": {"alive", "loading_version", "loading_for_s", "stuck"}}``.
         """
         self._check_watchdog()
@@ -279,6 +279,7 @@ class ModelManager:
                 "alive": self._source.alive,
                 "mode": "poll" if self._poll else "events",
                 "restarts": self._source.observer_restarts,
+                "state_error": self._source.state_error,
             },
             "loader": {
                 "alive": thread_alive and not stuck,

@@ -51,7 +51,9 @@ _TEMP_RE = re.compile(r"^\..*\.tmp-\d+-\d+$")
 def parse_version(prefix: str) -> int | None:
     """The global step in a prefix's ``-<step>`` suffix (``ckpts/model.ckpt-1200 -> 1200``)."""
     m = _STEP_RE.search(os.path.basename(prefix))
-    return int(m.group(1)) if m else None
+    if not m or len(m.group(1)) > 18:  # no suffix, or not a plausible int64 step
+        return None
+    return int(m.group(1))
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,9 @@ class CheckpointSource:
         self._observer: Any = None
         self._watched_inode: tuple[int, int] | None = None
         self._last: AspiredVersions | None = None
+        #: The last state-file problem (unreadable, unparsable, an entry outside the
+        #: directory), or None once the state file reads again. Shown in ``/healthz``.
+        self.state_error: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -178,8 +183,14 @@ class CheckpointSource:
         try:
             state = ckpt.get_checkpoint_state(self.checkpoint_dir)
         except Exception as e:
-            logger.warning("cannot read checkpoint state in %s: %s", self.checkpoint_dir, e)
+            message = f"cannot read checkpoint state in {self.checkpoint_dir}: {e}"
+            if message != self.state_error:  # log each distinct problem once, not per rescan
+                logger.warning("%s", message)
+            self.state_error = message
             return self._last or AspiredVersions(None, ())
+        if self.state_error is not None:
+            logger.info("checkpoint state in %s is readable again", self.checkpoint_dir)
+        self.state_error = None
         if state is None:
             return AspiredVersions(None, ())
         paths = list(state.all_model_checkpoint_paths or [])

@@ -227,6 +227,7 @@ class Saver:
                 is unchanged. With ``async_save``: the *previous* save's failure.
         """
         var_map = self._map()
+        _check_session_graph(sess, var_map)
         if self._is_empty:
             return None
         self._finish_async()
@@ -377,6 +378,7 @@ class Saver:
             DataLossError: the file is corrupt or fails its checksums.
         """
         var_map = self._map()
+        _check_session_graph(sess, var_map)
         if self._is_empty:
             return
         if save_path is None:
@@ -431,3 +433,14 @@ def get_default_graph_step(sess: Any, var_map: dict[str, Any]) -> int | None:
     if gs is None or not sess._has_variable(gs.op.name):
         return None
     return int(sess._read_variables([gs.op.name])[gs.op.name])
+
+
+def _check_session_graph(sess: Any, var_map: dict[str, Any]) -> None:
+    """Raises ``ValueError`` when ``sess`` runs another graph than the saved variables'."""
+    graph = getattr(sess, "graph", None)
+    for v in var_map.values():
+        if graph is not None and v.graph is not graph:
+            raise CkptsyncValueError(
+                f"The session runs another graph than the one holding variable {v.op.name}; "
+                "create the Saver and the Session on the same graph.")
+        break
