@@ -267,12 +267,7 @@ class Session:
         """
         if self._closed:
             raise CkptsyncRuntimeError("Attempted to use a closed Session.")
-        mapper = self._mappers.get(id(fetches)) if isinstance(fetches, (Tensor, Operation)) \
-            else None
-        if mapper is None:
-            mapper = FetchMapper(self.graph, fetches)
-            if isinstance(fetches, (Tensor, Operation)):
-                self._mappers[id(fetches)] = mapper
+        mapper = self._mapper_for(fetches)
         feeds: list[tuple[Tensor, np.ndarray]] = []
         if feed_dict:
             for key, value in feed_dict.items():
@@ -302,6 +297,19 @@ class Session:
             with self._lock:
                 self._vars.update(ctx.writes)
         return mapper.build([None if s is None else values[s] for s in plan.fetch_slots])
+
+    def _mapper_for(self, fetches: Any) -> FetchMapper:
+        """The fetch mapper, reused when the same object with the same leaves comes back
+        (a serving signature's output dict, a fixed list of gradients)."""
+        cached = self._mappers.get(id(fetches))
+        if cached is not None and cached.matches(fetches):
+            return cached
+        mapper = FetchMapper(self.graph, fetches)
+        if mapper.cacheable:
+            if len(self._mappers) > 256:
+                self._mappers.clear()
+            self._mappers[id(fetches)] = mapper
+        return mapper
 
     def _feed_tensor(self, key: Any) -> Tensor:
         el = self.graph.as_graph_element(key, allow_tensor=True, allow_operation=False)

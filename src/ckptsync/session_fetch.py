@@ -18,12 +18,46 @@ __all__ = ["FetchMapper"]
 class FetchMapper:
     """Flattens ``fetches`` into graph elements; ``build`` restores the structure."""
 
-    __slots__ = ("elements", "key", "_rebuild")
+    __slots__ = ("elements", "key", "_rebuild", "_source", "_source_keys")
 
     def __init__(self, graph: Graph, fetches: Any):
         self.elements: list[Tensor | Operation] = []
         self._rebuild = self._flatten(graph, fetches)
         self.key = tuple(id(e) for e in self.elements)
+        # What `matches` compares against: a single element, or a flat list/tuple/dict of
+        # Tensors and Operations (the shapes worth caching); else None.
+        self._source: tuple[Any, ...] | None = None
+        self._source_keys: list[Any] | None = None
+        if isinstance(fetches, (Tensor, Operation)):
+            self._source = (fetches,)
+        elif type(fetches) in (list, tuple) and all(
+                isinstance(f, (Tensor, Operation)) for f in fetches):
+            self._source = tuple(fetches)
+        elif type(fetches) is dict and all(
+                isinstance(f, (Tensor, Operation)) for f in fetches.values()):
+            self._source_keys = list(fetches)
+            self._source = tuple(fetches.values())
+
+    @property
+    def cacheable(self) -> bool:
+        return self._source is not None
+
+    def matches(self, fetches: Any) -> bool:
+        """True when ``fetches`` has exactly the leaves this mapper was built from."""
+        src = self._source
+        if src is None:
+            return False
+        if isinstance(fetches, (Tensor, Operation)):
+            return len(src) == 1 and src[0] is fetches and self._source_keys is None
+        if self._source_keys is not None:
+            if type(fetches) is not dict or list(fetches) != self._source_keys:
+                return False
+            values: Any = fetches.values()
+        else:
+            if type(fetches) not in (list, tuple) or len(fetches) != len(src):
+                return False
+            values = fetches
+        return all(a is b for a, b in zip(values, src))
 
     def _flatten(self, graph: Graph, f: Any) -> Any:
         if f is None:

@@ -130,26 +130,26 @@ _POOL = _BufferPool()
 
 
 def _pack(arrays: Sequence[np.ndarray], idx: list[int], scale: float | None) -> np.ndarray:
+    """Copies the arrays into one pooled buffer (one C-level concatenate), scaled."""
     total = sum(arrays[i].size for i in idx)
     buf = _POOL.get(arrays[idx[0]].dtype, total)
-    o = 0
-    for i in idx:
-        flat = arrays[i].reshape(-1)
-        n = flat.size
-        if scale is None:
-            buf[o:o + n] = flat
-        else:
-            np.multiply(flat, scale, out=buf[o:o + n])
-        o += n
+    if len(idx) == 1:
+        np.copyto(buf, arrays[idx[0]].reshape(-1))
+    else:
+        np.concatenate([arrays[i].reshape(-1) for i in idx], out=buf)
+    if scale is not None:
+        buf *= scale
     return buf
 
 
 def _unpack(buf: np.ndarray, arrays: Sequence[np.ndarray], idx: list[int],
             out: list[Any]) -> None:
+    """Results are views into ``buf`` (no copy); the pool never reuses a held buffer."""
     o = 0
     for i in idx:
-        n = arrays[i].size
-        out[i] = buf[o:o + n].reshape(arrays[i].shape)
+        a = arrays[i]
+        n = a.size
+        out[i] = buf[o:o + n].reshape(a.shape)
         o += n
 
 

@@ -319,7 +319,9 @@ class GraphServable(Servable):
         self, params: Mapping[str, np.ndarray], inputs: Mapping[str, np.ndarray]
     ) -> dict[str, np.ndarray]:
         feed = {self._inputs[k]: v for k, v in inputs.items()}
-        result = self._session.run(self._outputs, feed_dict=feed, params=dict(params))
+        # The outputs dict is the same object each call, so the session reuses its fetch
+        # mapping and plan; params is the snapshot's read-only mapping (no copy).
+        result = self._session.run(self._outputs, feed_dict=feed, params=params)
         return {k: np.asarray(v) for k, v in result.items()}
 
     def close(self) -> None:
