@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import threading
+from collections.abc import Iterator
 
 import pytest
 
@@ -26,3 +29,22 @@ def _no_leaked_threads():
         t.join(timeout=5)
     leaked = [t for t in leaked if t.is_alive()]
     assert not leaked, f"test leaked threads: {leaked}"
+
+
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen]]:
+    """Processes started by a test; all are ended (SIGTERM, then SIGKILL) afterwards."""
+    started: list[subprocess.Popen] = []
+    yield started
+    for p in started:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in started:
+        try:
+            p.wait(15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(5)
+        for stream in (p.stdin, p.stdout, p.stderr):
+            if stream is not None:
+                stream.close()

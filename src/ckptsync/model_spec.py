@@ -28,7 +28,7 @@ from typing import Any
 from .errors import CkptsyncTypeError, CkptsyncValueError
 from .graph import Operation, Tensor
 
-__all__ = ["ModeKeys", "ModelSpec", "load_build_net", "ModelFileError"]
+__all__ = ["ModeKeys", "ModelSpec", "load_build_net", "load_python_file", "ModelFileError"]
 
 
 class ModeKeys:
@@ -85,6 +85,35 @@ class ModelFileError(CkptsyncValueError):
     """A model file that is missing, fails to import, or lacks ``build_net``."""
 
 
+def load_python_file(path: str | os.PathLike[str], what: str,
+                     error: type[Exception] = CkptsyncValueError) -> Any:
+    """Imports a user's Python file (a model file, a gate) as a fresh module.
+
+    Args:
+        path: the ``.py`` file.
+        what: how messages name it, e.g. ``"Model file"``.
+        error: the exception type raised.
+
+    Raises:
+        error: the file is missing, not Python, or raises while it is imported.
+    """
+    p = os.fspath(path)
+    if not os.path.isfile(p):
+        raise error(f"{what} not found: {p}")
+    name = "ckptsync_user_" + os.path.splitext(os.path.basename(p))[0].replace("-", "_")
+    spec = importlib.util.spec_from_file_location(name, p)
+    if spec is None or spec.loader is None:
+        raise error(f"{what} {p} is not a Python file (expected a .py file).")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    except Exception as e:  # noqa: BLE001 - a user's file may raise anything
+        sys.modules.pop(name, None)
+        raise error(f"{what} {p} failed to import: {type(e).__name__}: {e}") from e
+    return module
+
+
 def load_build_net(path: str | os.PathLike[str]) -> Callable[..., ModelSpec]:
     """Imports a model file and returns its ``build_net``.
 
@@ -95,22 +124,9 @@ def load_build_net(path: str | os.PathLike[str]) -> Callable[..., ModelSpec]:
         ModelFileError: the file is missing, not Python, raises on import, or defines no
             callable ``build_net``.
     """
-    p = os.fspath(path)
-    if not os.path.isfile(p):
-        raise ModelFileError(f"Model file not found: {p}")
-    name = "ckptsync_model_" + os.path.splitext(os.path.basename(p))[0].replace("-", "_")
-    spec = importlib.util.spec_from_file_location(name, p)
-    if spec is None or spec.loader is None:
-        raise ModelFileError(f"Model file {p} is not a Python file (expected a .py file).")
-    module = importlib.util.module_from_spec(spec)
-    try:
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    except Exception as e:  # noqa: BLE001 - a user's file may raise anything
-        sys.modules.pop(name, None)
-        raise ModelFileError(f"Model file {p} failed to import: {type(e).__name__}: {e}") from e
+    module = load_python_file(path, "Model file", ModelFileError)
     fn = getattr(module, "build_net", None)
     if not callable(fn):
         raise ModelFileError(
-            f"Model file {p} defines no build_net(graph, device, mode) function.")
+            f"Model file {os.fspath(path)} defines no build_net(graph, device, mode) function.")
     return fn  # type: ignore[no-any-return]

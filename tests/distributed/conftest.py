@@ -9,10 +9,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -94,20 +92,3 @@ def rank_pids(root_pid: int) -> dict[int, int]:
     return out
 
 
-@pytest.fixture
-def procs() -> Iterator[list[subprocess.Popen]]:
-    """Processes started by a test; all are ended (SIGTERM, then SIGKILL) afterwards."""
-    started: list[subprocess.Popen] = []
-    yield started
-    for p in started:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in started:
-        try:
-            p.wait(15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait(5)
-        for stream in (p.stdin, p.stdout, p.stderr):
-            if stream is not None:
-                stream.close()

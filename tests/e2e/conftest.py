@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = str(REPO / "examples" / "digits_mlp.py")
@@ -31,23 +27,6 @@ def wait_for_file(path: Path, proc: subprocess.Popen, timeout_s: float = 60.0) -
     raise AssertionError(f"{path} did not appear within {timeout_s} s")
 
 
-@pytest.fixture
-def procs() -> Iterator[list[subprocess.Popen]]:
-    """Processes started by a test; all are ended (SIGTERM, then SIGKILL) afterwards."""
-    started: list[subprocess.Popen] = []
-    yield started
-    for p in started:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in started:
-        try:
-            p.wait(15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait(5)
-        for stream in (p.stdin, p.stdout, p.stderr):
-            if stream is not None:
-                stream.close()
 
 
 def env() -> dict[str, str]:

@@ -178,7 +178,7 @@ def test_load_gate(tmp_path):
     assert load_gate(f"{f}:ok")(None) is True
     for spec, match in [
         ("nocolon", "FILE:FUNC"),
-        (f"{tmp_path}/missing.py:ok", "does not exist"),
+        (f"{tmp_path}/missing.py:ok", "gate file not found"),
         (f"{f}:absent", "defines no function absent"),
     ]:
         with pytest.raises(ValueError, match=match):

@@ -26,14 +26,12 @@ Example (``gate.py``, used as ``infer serve --gate gate.py:accuracy_gate``)::
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
+from ..model_spec import load_python_file
 from .loader import Snapshot
 from .servable import Servable, validate_inputs
 
@@ -116,19 +114,7 @@ def load_gate(spec: str) -> Gate:
     path, sep, func = spec.rpartition(":")
     if not sep or not path or not func.isidentifier():
         raise ValueError(f"a gate must be given as FILE:FUNC (e.g. gates.py:accuracy), got {spec!r}")
-    if not os.path.isfile(path):
-        raise ValueError(f"gate file {path} does not exist")
-    name = "ckptsync_gate_" + os.path.splitext(os.path.basename(path))[0].replace("-", "_")
-    module_spec = importlib.util.spec_from_file_location(name, path)
-    if module_spec is None or module_spec.loader is None:
-        raise ValueError(f"gate file {path} is not a Python file")
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[name] = module
-    try:
-        module_spec.loader.exec_module(module)
-    except Exception as e:
-        sys.modules.pop(name, None)
-        raise ValueError(f"gate file {path} failed to import: {type(e).__name__}: {e}") from e
+    module = load_python_file(path, "gate file", ValueError)
     fn = getattr(module, func, None)
     if not callable(fn):
         raise ValueError(f"gate file {path} defines no function {func}(candidate)")
