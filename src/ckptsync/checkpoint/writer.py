@@ -64,22 +64,122 @@ def metadata_json(metadata: Mapping[str, Any] | None) -> str:
     return text
 
 
-def _set_str_attr(obj: h5py.HLObject, name: str, value: str) -> None:
-    # Fixed-length UTF-8, stored in the (checksummed) object header. Variable-length
-    # strings would live in the global heap, which has no checksum: a flipped byte there
-    # can make HDF5 spin forever.
-    data = value.encode("utf-8")
-    obj.attrs.create(name, np.bytes_(data), dtype=h5py.string_dtype("utf-8", len(data)))
+class _H5Writer:
+    """Writes the HDF5 metadata of one checkpoint through h5py's low-level API.
+
+    The file is the one ``h5py.File(path, "w-", libver=LIBVER, locking=False)`` plus
+    ``create_dataset`` / ``attrs.create`` produce, call for call (same property lists,
+    types, dataspaces, groups created in the same order), without the high-level
+    wrappers' per-call overhead: property lists and HDF5 types are made once per file,
+    and the groups that exist are tracked in a set instead of asked of HDF5.
+    """
+
+    def __init__(self, tmp: str):
+        h5p, h5t = h5py.h5p, h5py.h5t
+        fapl = h5p.create(h5p.FILE_ACCESS)
+        low, high = (_LIBVER_CONST[v] for v in _format.LIBVER)
+        fapl.set_libver_bounds(low, high)
+        fapl.set_alignment(1, 1)
+        fapl.set_file_locking(False, ignore_when_disabled=False)
+        # Closing the file closes every object still open in it (an exception path may
+        # leave some), so the raw writes below always follow HDF5's last write.
+        fapl.set_fclose_degree(h5py.h5f.CLOSE_STRONG)
+        fcpl = h5p.create(h5p.FILE_CREATE)
+        fcpl.set_obj_track_times(False)
+        self.fid = h5py.h5f.create(os.fsencode(tmp), h5py.h5f.ACC_EXCL, fapl=fapl, fcpl=fcpl)
+        # h5py's create_group: intermediate groups allowed, ASCII link names (keys are
+        # ASCII), no timestamps.
+        self.lcpl = h5p.create(h5p.LINK_CREATE)
+        self.lcpl.set_create_intermediate_group(True)
+        self.lcpl.set_char_encoding(h5t.CSET_ASCII)
+        self.gcpl = h5p.create(h5p.GROUP_CREATE)
+        self.gcpl.set_obj_track_times(False)
+        # create_dataset(data=...) (scalars, the index, and everything without raw writes).
+        self.dcpl_data = h5p.create(h5p.DATASET_CREATE)
+        self.dcpl_data.set_obj_track_times(False)
+        # Contiguous, space allocated at creation and never filled: HDF5 writes only the
+        # metadata, and _write_raw puts the bytes at the offsets it allocated.
+        self.dcpl_raw = h5p.create(h5p.DATASET_CREATE)
+        self.dcpl_raw.set_layout(h5py.h5d.CONTIGUOUS)
+        self.dcpl_raw.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+        self.dcpl_raw.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
+        self.dcpl_raw.set_obj_track_times(False)
+        self.groups: set[bytes] = set()
+        self._types: dict[np.dtype, tuple[Any, Any]] = {}
+        self._str_types: dict[int, tuple[np.dtype, Any, Any]] = {}
+        self._scalar = h5py.h5s.create(h5py.h5s.SCALAR)
+
+    def close(self) -> None:
+        self.fid.close()
+
+    def _types_of(self, dtype: np.dtype) -> tuple[Any, Any]:
+        """(file type, memory type) as h5py makes them: ``py_create(dt, logical=True)``
+        for the file and ``py_create(dt)`` for the memory buffer."""
+        found = self._types.get(dtype)
+        if found is None:
+            h5t = h5py.h5t
+            found = self._types[dtype] = (h5t.py_create(dtype, logical=True), h5t.py_create(dtype))
+        return found
+
+    def attr(self, loc: Any, name: bytes, value: np.ndarray) -> None:
+        """A scalar numeric attribute, as ``attrs[name] = np.int64(...)`` makes it."""
+        ftype, mtype = self._types_of(value.dtype)
+        attr = h5py.h5a.create(loc, name, ftype, self._scalar)
+        try:
+            attr.write(value, mtype=mtype)
+        finally:
+            attr.close()
+
+    def str_attr(self, loc: Any, name: bytes, value: str) -> None:
+        # Fixed-length UTF-8, stored in the (checksummed) object header. Variable-length
+        # strings would live in the global heap, which has no checksum: a flipped byte
+        # there can make HDF5 spin forever.
+        data = value.encode("utf-8")
+        found = self._str_types.get(len(data))
+        if found is None:
+            dt = h5py.string_dtype("utf-8", len(data))
+            found = (dt, h5py.h5t.py_create(dt, logical=True), h5py.h5t.py_create(dt))
+            self._str_types[len(data)] = found
+        dt, ftype, mtype = found
+        attr = h5py.h5a.create(loc, name, ftype, self._scalar)
+        try:
+            attr.write(np.asarray(np.bytes_(data), dtype=dt), mtype=mtype)
+        finally:
+            attr.close()
+
+    def require_parent(self, path: bytes) -> None:
+        """Creates the parent group of ``path`` (and its ancestors) unless it exists."""
+        parent, sep, _ = path.rpartition(b"/")
+        if not sep or parent in self.groups:
+            return
+        h5py.h5g.create(self.fid, parent, lcpl=self.lcpl, gcpl=self.gcpl).close()
+        # Intermediate groups were created with it.
+        parts = parent.split(b"/")
+        self.groups.update(b"/".join(parts[:i]) for i in range(1, len(parts) + 1))
+
+    def dataset(self, path: bytes, arr: np.ndarray, raw: bool) -> Any:
+        """Creates the dataset at ``path``; writes ``arr`` through HDF5 unless ``raw``.
+        Returns the open dataset id (the caller closes it)."""
+        self.require_parent(path)
+        ftype, _ = self._types_of(arr.dtype)
+        space = self._scalar if arr.ndim == 0 else h5py.h5s.create_simple(arr.shape)
+        dcpl = self.dcpl_raw if raw else self.dcpl_data
+        dsid = h5py.h5d.create(self.fid, path, ftype, space, dcpl=dcpl)
+        if not raw:
+            try:
+                dsid.write(h5py.h5s.ALL, h5py.h5s.ALL, arr)
+            except BaseException:
+                dsid.close()
+                raise
+        return dsid
 
 
-def _dcpl() -> h5py.h5p.PropDCID:
-    # Contiguous, space allocated at creation and never filled: HDF5 writes only the
-    # metadata, and _write_raw puts the bytes at the offsets it allocated.
-    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
-    dcpl.set_layout(h5py.h5d.CONTIGUOUS)
-    dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
-    dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
-    return dcpl
+_LIBVER_CONST = {
+    "earliest": h5py.h5f.LIBVER_EARLIEST,
+    "v108": h5py.h5f.LIBVER_V18,
+    "v110": h5py.h5f.LIBVER_V110,
+    "latest": h5py.h5f.LIBVER_LATEST,
+}
 
 
 def _raw_writes_are_safe() -> bool:
@@ -184,25 +284,34 @@ def write_checkpoint(
 
     def write(tmp: str) -> None:
         offsets: list[tuple[int, np.ndarray]] = []
-        with h5py.File(tmp, "w-", libver=_format.LIBVER, locking=False) as f:
-            f.attrs["ckptsync_format_version"] = np.int64(_format.FORMAT_VERSION)
+        w = _H5Writer(tmp)
+        try:
+            root = w.fid
+            w.attr(root, b"ckptsync_format_version", np.asarray(np.int64(_format.FORMAT_VERSION)))
             if step is not None:
-                f.attrs["global_step"] = np.int64(step)
-            f.attrs["created_unix_s"] = np.float64(time.time())
-            _set_str_attr(f, "writer", WRITER)
-            _set_str_attr(f, "metadata_json", meta)
+                w.attr(root, b"global_step", np.asarray(np.int64(step)))
+            w.attr(root, b"created_unix_s", np.asarray(np.float64(time.time())))
+            w.str_attr(root, b"writer", WRITER)
+            w.str_attr(root, b"metadata_json", meta)
+            hash_attr = _format.HASH_ATTR.encode("ascii")
             for entry in entries:
                 arr = prepared[entry.name]
-                if arr.ndim == 0 or not raw:  # h5py ignores a dcpl for scalars
-                    ds = f.create_dataset(paths[entry.name], data=arr)
-                else:
-                    ds = f.create_dataset(paths[entry.name], arr.shape, arr.dtype, dcpl=_dcpl())
-                    if arr.nbytes:
-                        offsets.append((ds.id.get_offset(), arr))
-                _set_str_attr(ds, _format.HASH_ATTR, entry.xxh3_64)
-            ids = f.create_dataset(_format.INDEX_DATASET, data=index)
-            _set_str_attr(ids, _format.HASH_ATTR, _format.hash_array(index))
-            f.flush()
+                direct = raw and arr.ndim > 0  # scalars are written by HDF5
+                dsid = w.dataset(paths[entry.name].encode("ascii"), arr, direct)
+                try:
+                    if direct and arr.nbytes:
+                        offsets.append((dsid.get_offset(), arr))
+                    w.str_attr(dsid, hash_attr, entry.xxh3_64)
+                finally:
+                    dsid.close()
+            dsid = w.dataset(_format.INDEX_DATASET.encode("ascii"), index, False)
+            try:
+                w.str_attr(dsid, hash_attr, _format.hash_array(index))
+            finally:
+                dsid.close()
+            h5py.h5f.flush(w.fid)
+        finally:
+            w.close()
         _write_raw(tmp, offsets)
 
     publish(path, write, "write checkpoint")
