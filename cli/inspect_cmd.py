@@ -43,7 +43,9 @@ def _message(e: CkptsyncError) -> str:
 @click.option("--tensor", "tensor", metavar="NAME", default=None,
               help="Also print this variable's values (e.g. dense0/w).")
 @click.option("--all-tensors", is_flag=True, help="Also print every variable's values.")
-def inspect(prefix_or_dir: str, tensor: str | None, all_tensors: bool) -> None:
+@click.option("--verify/--no-verify", default=True, show_default=True,
+              help="Read every variable and check its checksum (exit 1 if one fails).")
+def inspect(prefix_or_dir: str, tensor: str | None, all_tensors: bool, verify: bool) -> None:
     """List a checkpoint's variables, step and creation time.
 
     PREFIX_OR_DIR is a checkpoint prefix (ckpts/model.ckpt-1200, with or without .h5) or
@@ -80,6 +82,10 @@ def inspect(prefix_or_dir: str, tensor: str | None, all_tensors: bool) -> None:
             click.echo(f"{'name':<{width}}  {'dtype':<10}  shape")
             for name in sorted(shapes):
                 click.echo(f"{name:<{width}}  {dtypes[name].name:<10}  {shapes[name]}")
+            if verify:
+                for name in sorted(shapes):
+                    reader.get_tensor(name, verify=True)
+                click.echo(f"verified: {len(shapes)} variables, checksums ok")
             names = sorted(shapes) if all_tensors else [tensor] if tensor else []
             for name in names:
                 value = reader.get_tensor(name)

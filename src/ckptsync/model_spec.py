@@ -108,7 +108,7 @@ def load_python_file(path: str | os.PathLike[str], what: str,
     try:
         sys.modules[name] = module
         spec.loader.exec_module(module)
-    except Exception as e:  # noqa: BLE001 - a user's file may raise anything
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - a user's file may raise anything
         sys.modules.pop(name, None)
         raise error(f"{what} {p} failed to import: {type(e).__name__}: {e}") from e
     return module

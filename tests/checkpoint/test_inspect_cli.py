@@ -66,3 +66,19 @@ def test_errors_are_one_line_with_exit_codes(
     assert out == ""
     assert len(err.strip().splitlines()) == 1 and fragment in err
     assert err.startswith("ckptsync inspect: error: ")
+
+
+def test_a_damaged_variable_fails_the_listing_unless_no_verify(ckpts: Path) -> None:
+    from ckptsync.checkpoint import CheckpointReader
+
+    path = ckpts / "model.ckpt-7.h5"
+    with CheckpointReader(str(ckpts / "model.ckpt-7")) as reader:
+        offset = reader._file["dense0/w"].id.get_offset()  # data of dense0/w
+    raw = bytearray(path.read_bytes())
+    raw[offset] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    code, out, err = _run(str(ckpts))
+    assert code == 1
+    assert "dense0/w" in err and "Traceback" not in err
+    code, out, _ = _run(str(ckpts), "--no-verify")
+    assert code == 0 and "verified" not in out

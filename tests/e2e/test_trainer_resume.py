@@ -142,3 +142,41 @@ def test_mnist_example_trains_on_idx_files(tmp_path):
                        env=env(), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout.splitlines()[-1])["global_step"] == 20
+
+
+def _train(d, steps, *extra):
+    return subprocess.run(cli("trainer", "run", "--model", MODEL, "--checkpoint-dir", str(d),
+                              "--steps", str(steps), "--save-every-steps", "50",
+                              "--log-format", "json", *extra),
+                          env=env(), capture_output=True, text=True, timeout=120)
+
+
+def test_damaged_latest_checkpoint_resumes_from_the_newest_good_one(tmp_path):
+    d = tmp_path / "c"
+    assert _train(d, 150).returncode == 0
+    latest = d / "model.ckpt-150.h5"
+    latest.write_bytes(latest.read_bytes()[:1000])  # truncated
+    r = _train(d, 200)
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout.splitlines()[-1])
+    assert summary["restored_from"].endswith("model.ckpt-100")
+    assert "Not resuming from" in r.stderr and "model.ckpt-150" in r.stderr
+    assert summary["global_step"] == 200
+
+
+def test_missing_latest_file_falls_back_and_broken_state_file_refuses(tmp_path):
+    d = tmp_path / "c"
+    assert _train(d, 100).returncode == 0
+    (d / "model.ckpt-100.h5").unlink()
+    r = _train(d, 120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.splitlines()[-1])["restored_from"].endswith("model.ckpt-50")
+    (d / "checkpoint").write_bytes(b"\x00\xffgarbage")
+    before = sorted(p.name for p in d.glob("*.h5"))
+    r = _train(d, 150)
+    assert r.returncode == 1
+    assert "state file" in r.stderr and "--no-resume" in r.stderr and "Traceback" not in r.stderr
+    assert sorted(p.name for p in d.glob("*.h5")) == before, "nothing may be overwritten"
+    r = _train(d, 10, "--no-resume")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.splitlines()[-1])["restored_from"] is None

@@ -293,6 +293,18 @@ class _Api:
         answer["model_version"] = snap.version
         return _dumps(answer).encode(), str(snap.version)
 
+    async def unknown_verb(self, request: Request) -> Response:
+        """POST to ``/v1/models/{name}[:verb]`` other than :predict/:pin/:unpin."""
+        name = request.path_params["name"]
+        base, sep, verb = name.rpartition(":")
+        if sep and base == self.model_name:
+            raise _HttpError(
+                404, f"':{verb}' is not supported by this server (TF Serving's :classify and "
+                ":regress are not implemented); use ':predict'"
+            )
+        self.check_name(name)
+        raise _HttpError(405, "method not allowed: POST to a model needs a verb, e.g. ':predict'")
+
     async def status(self, request: Request) -> Response:
         version = self._check_model(request)
         return _json({"model_version_status": self.manager.status(version)})
@@ -557,6 +569,7 @@ def create_app(
         Route(model + "/metadata", ep("metadata", api.metadata), methods=["GET"]),
         Route(version + "/metadata", ep("metadata", api.metadata), methods=["GET"]),
         Route(model, ep("status", api.status), methods=["GET"]),
+        Route(model, ep("verb", api.unknown_verb), methods=["POST"]),
         Route(version, ep("status", api.status), methods=["GET"]),
         Route("/healthz", ep("healthz", api.healthz), methods=["GET"]),
         Route("/readyz", ep("readyz", api.readyz), methods=["GET"]),

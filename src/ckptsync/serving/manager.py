@@ -161,6 +161,7 @@ class ModelManager:
         self._gate = gate
         self._max_load_attempts = max_load_attempts
         self._load_timeout_s = load_timeout_s
+        self._close_timeout_s = 5.0
         self._free_before_load = free_before_load
         self._unload_wait_s = unload_wait_s
         self._poll = poll
@@ -202,7 +203,11 @@ class ModelManager:
             self._cond.notify_all()
         self._freed.set()
         if self._thread is not None:
-            self._thread.join(timeout=60.0)
+            # A load stuck in a user's gate or a hung read cannot be interrupted: give it a
+            # moment, then leave the (daemon) thread behind so shutdown stays bounded.
+            self._thread.join(timeout=self._close_timeout_s)
+            if self._thread.is_alive():
+                logger.warning("the loader thread is still busy (a stuck load); not waiting")
 
     def __enter__(self) -> ModelManager:
         return self.start()
@@ -557,6 +562,8 @@ class ModelManager:
             rec.file_sig = _file_sig(rec.prefix)
             if vanished:
                 rec.retry_at_s = time.monotonic() + self._retry_max_s
+            elif rejected:  # a gate's verdict is deterministic: retried when the file changes
+                rec.retry_at_s = math.inf
             elif rec.failures >= self._max_load_attempts:
                 rec.retry_at_s = math.inf
                 rec.error_message += (

@@ -73,7 +73,8 @@ def parse_predict_request(
 
 def _parse_rows(instances: Any, names: list[str], max_batch_size: int) -> dict[str, Any]:
     if not isinstance(instances, list) or not instances:
-        raise _bad(f'"instances" must be a non-empty list, got {_json_type(instances)}')
+        got = "an empty list" if isinstance(instances, list) else _json_type(instances)
+        raise _bad(f'"instances" must be a non-empty list, got {got}')
     if len(instances) > max_batch_size:
         raise _bad(
             f'"instances" has {len(instances)} rows, more than the server\'s max_batch_size '

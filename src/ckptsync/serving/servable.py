@@ -233,6 +233,10 @@ def _convert(key: str, spec: TensorSpec, value: Any) -> np.ndarray:
             raise InvalidArgumentError(
                 None, None, f"input '{key}' has values outside the range of {spec.dtype.name}"
             )
+    if kind in "fc" and arr.size and not np.all(np.isfinite(arr)):
+        raise InvalidArgumentError(
+            None, None, f"input '{key}' contains NaN or Infinity; expected finite numbers"
+        )
     if want == "f" and kind in "iuf" and arr.size:
         big = np.finfo(spec.dtype).max
         with np.errstate(invalid="ignore"):

@@ -117,8 +117,12 @@ class ChiefSessionCreator:
         saver = self._scaffold.saver
         if path:
             saver.restore(sess, path)
-            state = ckpt.get_checkpoint_state(self._checkpoint_dir) if self._checkpoint_dir \
-                else None
+            try:
+                state = ckpt.get_checkpoint_state(self._checkpoint_dir) \
+                    if self._checkpoint_dir else None
+            except ValueError as e:  # a broken state file: keep going with what we restored
+                log.warning("Not adopting older checkpoints: %s", e)
+                state = None
             if state is not None and hasattr(saver, "recover_last_checkpoints"):
                 saver.recover_last_checkpoints(state.all_model_checkpoint_paths)
             self.restored_from = path

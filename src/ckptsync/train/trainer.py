@@ -15,6 +15,7 @@ from __future__ import annotations
 import inspect
 import logging
 import math
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -26,7 +27,7 @@ import numpy as np
 from .. import checkpoint as ckpt
 from ..data import BatchIterator, DataError, load_dataset
 from ..device import canonical_device
-from ..errors import CkptsyncValueError, InvalidArgumentError
+from ..errors import CkptsyncValueError, InvalidArgumentError, OpError
 from ..graph import Graph, GraphKeys
 from ..model_spec import ModeKeys, ModelFileError, load_build_net
 from ..ops.random_ops import set_random_seed
@@ -264,8 +265,9 @@ def run_training(opts: TrainerOptions, on_progress: Callable[[Progress], None] |
             _check_feeds(name, t, data.train[name], opts.data)
         iterator = BatchIterator(data.train, par.global_batch_size(opts.batch_size),
                                  seed=opts.seed)
-        restored_meta = par.from_chief(
-            lambda: _restorable_position(opts) if opts.resume else None)
+        resume_path = resume_point(opts.checkpoint_dir) if opts.resume and par.is_chief \
+            else None
+        restored_meta = par.from_chief(lambda: _position(resume_path))
         if restored_meta is not None:
             iterator.restore(restored_meta)
         evaluate = _make_evaluator(spec, data.test)
@@ -280,8 +282,8 @@ def run_training(opts: TrainerOptions, on_progress: Callable[[Progress], None] |
         hooks = [*par.hooks(), preflight, NanTensorHook(spec.loss),
                  *par.chief_only([saver_hook]), loop, StopAtStepHook(last_step=opts.steps)]
         creator = ChiefSessionCreator(
-            scaffold=scaffold,
-            checkpoint_dir=opts.checkpoint_dir if opts.resume and par.is_chief else None)
+            scaffold=scaffold, checkpoint_dir=opts.checkpoint_dir if resume_path else None,
+            checkpoint_filename_with_path=resume_path)
         with MonitoredSession(creator, hooks=hooks) as sess:
             train_op = spec.train_op
             # A run restored at or past --steps trains no further (no extra step).
@@ -346,8 +348,53 @@ def _make_evaluator(spec: Any, test: Any) -> Callable[[Any], float | None]:
     return evaluate
 
 
-def _restorable_position(opts: TrainerOptions) -> dict[str, Any] | None:
-    path = ckpt.latest_checkpoint(opts.checkpoint_dir)
+def resume_point(checkpoint_dir: str) -> str | None:
+    """The checkpoint a resumed run starts from: the newest one the state file lists that
+    reads and verifies. None for a directory with no checkpoints yet.
+
+    Unlike TF1 (which starts over when ``latest_checkpoint`` is None), a directory whose
+    checkpoints are damaged or whose state file is broken is never silently trained over:
+
+    Raises:
+        CkptsyncValueError: the state file is unreadable or names no readable checkpoint
+            while checkpoint files exist (the message lists what was tried; use
+            ``--no-resume`` to start over deliberately).
+    """
+    try:
+        state = ckpt.get_checkpoint_state(checkpoint_dir)
+        problem = None
+    except CkptsyncValueError as e:
+        state, problem = None, str(e)
+    if state is None:
+        existing = sorted(p for p in os.listdir(checkpoint_dir)
+                          if p.endswith(".h5") and not p.startswith(".")) \
+            if os.path.isdir(checkpoint_dir) else []
+        if not existing:
+            return None
+        raise CkptsyncValueError(
+            f"{checkpoint_dir} holds checkpoints ({', '.join(existing[:3])}"
+            f"{', ...' if len(existing) > 3 else ''}) but its 'checkpoint' state file is "
+            f"{problem or 'missing or unreadable'}; repair it or pass --no-resume to start over.")
+    candidates = [state.model_checkpoint_path] + [
+        p for p in reversed(state.all_model_checkpoint_paths) if p != state.model_checkpoint_path]
+    tried = []
+    for path in candidates:
+        try:
+            ckpt.read_checkpoint(path, verify=True)
+        except OpError as e:
+            tried.append(f"{path}: {e}")
+            log.warning("Not resuming from %s: %s", path, e)
+            continue
+        if tried:
+            log.warning("Resuming from %s, the newest checkpoint that reads and verifies.", path)
+        return path
+    raise CkptsyncValueError(
+        f"No checkpoint listed in {checkpoint_dir}/checkpoint reads and verifies ("
+        + "; ".join(tried) + "); pass --no-resume to start over.")
+
+
+def _position(path: str | None) -> dict[str, Any] | None:
+    """The data position recorded in checkpoint ``path`` (None: start of the data)."""
     if path is None:
         return None
     with ckpt.CheckpointReader(path) as reader:
