@@ -10,9 +10,9 @@ Failure model (no silent hang):
     * A rank killed by a signal: ``mpiexec`` notices at once and kills the others; the job
       exits non-zero.
     * A rank that ends with an error (an uncaught exception, or a non-zero exit inside
-      :func:`failure_ends_job`): it skips ``MPI_Finalize`` and exits with its code; exiting
-      without finalizing makes ``mpiexec`` tear the whole job down with that code. (With
-      ``MPI_Finalize`` it would wait for ranks that wait for it.)
+      :func:`failure_ends_job`): at exit it calls ``MPI_Abort`` with its code instead of
+      ``MPI_Finalize`` (which would wait for ranks that wait for it), so ``mpiexec`` ends
+      every rank at once and exits with that code.
     * A rank that stops answering (stuck, stopped, a different sequence of collectives): a
       watchdog thread aborts the job (``MPI_Abort``) when one collective takes longer than
       ``collective_timeout_s`` (default 300 s; ``CKPTSYNC_COLLECTIVE_TIMEOUT_S``).
@@ -61,6 +61,7 @@ class _State:
         self.local_rank = 0
         self.local_size = 1
         self.failed = False
+        self.fail_code: int | None = None
         self.watchdog: _Watchdog | None = None
 
 
@@ -125,8 +126,17 @@ def _init_mpi(collective_timeout_s: float | None) -> None:
 def _at_exit() -> None:
     if _S.watchdog is not None:
         _S.watchdog.close()
-    if _S.failed or _S.mpi is None or _S.mpi.Is_finalized():
-        # Exiting without MPI_Finalize: mpiexec ends the other ranks with our exit code.
+    if _S.mpi is None or _S.mpi.Is_finalized():
+        return
+    if _S.failed:
+        # Never MPI_Finalize after a failure (it would wait for ranks that wait for us).
+        # MPI_Abort ends every rank at once and mpiexec exits with our code; merely exiting
+        # unfinalized usually does the same, but not reliably on a loaded machine.
+        if _S.size > 1 and _S.comm is not None:
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            _S.comm.Abort(_S.fail_code or 1)
         return
     _S.mpi.Finalize()
 
@@ -219,6 +229,7 @@ class failure_ends_job(contextlib.ContextDecorator):  # noqa: N801 - used like a
             code = 1
         if code not in (0, None):
             _S.failed = True
+            _S.fail_code = code if isinstance(code, int) else 1
 
 
 class _Watchdog:
