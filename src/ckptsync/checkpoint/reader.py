@@ -6,6 +6,8 @@ dataset must match its index entry's shape and dtype, be stored contiguously and
 inside the file before it is read; and with ``verify`` its bytes must match the entry's
 xxh3_64. Every failure, including any exception raised by h5py, is a DataLossError that
 names the file (and the variable when known).
+
+The low-level attribute, dataset and tensor reads live in :mod:`._read_io`.
 """
 
 from __future__ import annotations
@@ -14,66 +16,19 @@ import errno
 import json
 import os
 import stat
-import sys
 from collections.abc import Iterable
 from types import TracebackType
-from typing import Any, NamedTuple
+from typing import Any
 
 import h5py
 import numpy as np
-import xxhash
 
-from ..errors import (
-    CkptsyncError,
-    CkptsyncRuntimeError,
-    DataLossError,
-    NotFoundError,
-    OpError,
-)
+from ..errors import CkptsyncError, CkptsyncRuntimeError, NotFoundError, OpError
 from . import _format
 from ._atomic import op_error_from_os_error
+from ._read_io import _FLOAT64, _INT64, _RAW_READS, _ReadIO
 
 __all__ = ["CheckpointReader", "read_checkpoint"]
-
-# Data bytes on disk are little-endian C order; on little-endian hosts they are read
-# straight into the output array, in chunks small enough to hash from the CPU cache.
-_RAW_READS = sys.byteorder == "little" and hasattr(os, "preadv")
-_CHUNK_BYTES = 1 << 20
-# Variables whose data lies within this many bytes of each other (and fill at least half
-# of the span, give or take the slack) are read with one preadv and hashed from memory.
-_REGION_BYTES = 4 << 20
-_REGION_SLACK = 64 << 10
-_INT64 = np.dtype("<i8")
-_FLOAT64 = np.dtype("<f8")
-_HASH_DTYPE = h5py.string_dtype("utf-8", 16)
-_ATTR_TYPES: dict[tuple[str, int | None], tuple[Any, Any]] = {}
-
-
-def _attr_types(dtype: np.dtype) -> tuple[Any, Any]:
-    """(file type, memory type) h5py uses for an attribute of ``dtype``, made once."""
-    info = h5py.check_string_dtype(dtype)
-    key = (dtype.str, None) if info is None else (info.encoding, info.length)
-    found = _ATTR_TYPES.get(key)
-    if found is None:
-        found = (h5py.h5t.py_create(dtype, logical=True), h5py.h5t.py_create(dtype))
-        _ATTR_TYPES[key] = found
-    return found
-
-
-class _Plan(NamedTuple):
-    """A checked dataset: its entry, the file offset of its bytes (None when it has
-    none), and its low-level id when HDF5 itself must read it (else None)."""
-
-    name: str
-    entry: _format.IndexEntry
-    offset: int | None
-    ds: Any
-
-
-class _LowLevelParent(NamedTuple):
-    """What h5py.AttributeManager needs of its parent: the low-level id."""
-
-    id: Any
 
 
 def _not_found(prefix: str, path: str) -> OpError:
@@ -89,7 +44,7 @@ def _key_not_found(name: str, path: str) -> OpError:
     return NotFoundError(None, None, f"Key {name} not found in checkpoint {path}")
 
 
-class CheckpointReader:
+class CheckpointReader(_ReadIO):
     """Reads one checkpoint file, as TF1's ``tf.train.NewCheckpointReader``.
 
     Opening reads the root attributes and the index only; listing shapes and dtypes of
@@ -132,10 +87,6 @@ class CheckpointReader:
             raise self._loss(f"cannot be opened as HDF5 ({type(e).__name__}: {e})") from e
 
     # -- opening -------------------------------------------------------------------
-    def _loss(self, what: str, name: str | None = None) -> OpError:
-        var = f" variable {name!r}:" if name is not None else ""
-        return DataLossError(None, None, f"Checkpoint file {self._path} is corrupt:{var} {what}")
-
     def _check_signature(self, prefix: str) -> int:
         try:
             # O_NONBLOCK: a FIFO or device named as a checkpoint must not block the reader.
@@ -163,35 +114,6 @@ class CheckpointReader:
         if len(head) < 9 or head[8] not in (2, 3):
             raise self._loss(f"unexpected HDF5 superblock version {head[8:9]!r}")
         return size
-
-    def _attr(self, loc: Any, name: str, expect: np.dtype | None = None) -> Any:
-        """Returns attribute ``name`` of ``loc`` (a low-level id) as h5py's ``attrs.get``
-        does, or None when absent.
-
-        An attribute that is a scalar of exactly the HDF5 type h5py makes for ``expect``
-        (or, for ``expect`` None, any fixed-length UTF-8 string) is read without the
-        high-level wrappers; anything else goes through h5py.AttributeManager.
-        """
-        key = name.encode("ascii")
-        if not h5py.h5a.exists(loc, key):
-            return None
-        attr = h5py.h5a.open(loc, key)
-        try:
-            tid = attr.get_type()
-            if expect is None and tid.get_class() == h5py.h5t.STRING and not tid.is_variable_str():
-                expect = h5py.string_dtype("utf-8", tid.get_size())
-            if expect is not None:
-                ftype, mtype = _attr_types(expect)
-                if (
-                    tid.equal(ftype)
-                    and attr.get_space().get_simple_extent_type() == h5py.h5s.SCALAR
-                ):
-                    arr = np.zeros((), dtype=expect)
-                    attr.read(arr, mtype=mtype)
-                    return arr[()]
-        finally:
-            attr.close()
-        return h5py.AttributeManager(_LowLevelParent(loc)).get(name)
 
     def _load_header(self) -> None:
         f = self._file
@@ -240,19 +162,6 @@ class CheckpointReader:
             raise self._loss(f"{name} attribute is missing or not a string")
         return value
 
-    def _open_dataset(self, path: bytes) -> Any:
-        """Returns the low-level dataset id at ``path``, or None if there is no dataset
-        there (as ``Group.get`` returning something other than a Dataset)."""
-        assert self._file is not None
-        try:
-            oid = h5py.h5o.open(self._file.id, path)
-        except KeyError:
-            return None
-        if not isinstance(oid, h5py.h5d.DatasetID):
-            oid.close()
-            return None
-        return oid
-
     def _load_index(self) -> dict[str, _format.IndexEntry]:
         name = _format.INDEX_DATASET
         ds = self._open_dataset(name.encode("ascii"))
@@ -273,182 +182,6 @@ class CheckpointReader:
             return _format.decode_index(raw.tobytes())
         except ValueError as e:  # includes JSON and UTF-8 errors
             raise self._loss(f"index is malformed ({e})") from e
-
-    def _hash_attr(self, ds: Any, name: str | None) -> str:
-        digest = self._attr(ds, _format.HASH_ATTR, _HASH_DTYPE)
-        if isinstance(digest, bytes):
-            digest = digest.decode("ascii", "replace")
-        if not isinstance(digest, str):
-            raise self._loss("dataset has no xxh3_64 attribute", name)
-        return digest
-
-    def _plan(self, ds: Any, entry: _format.IndexEntry, verify: bool, name: str) -> _Plan:
-        """Checks a dataset against its index entry; returns where its bytes are.
-
-        ``ds`` is a low-level dataset id; it is only needed again when the data cannot
-        be read with ``preadv`` (then ``offset`` is None and ``ds`` is kept).
-        """
-        shape = ds.shape
-        if shape != entry.shape:
-            raise self._loss(
-                f"dataset shape {list(shape or ())} != index {list(entry.shape)}", name
-            )
-        dtype = ds.dtype
-        if dtype.name != entry.dtype.name or dtype.byteorder == ">":
-            raise self._loss(f"dataset dtype {dtype.str} != index {entry.dtype.name}", name)
-        offset = None
-        if entry.nbytes:
-            plist = ds.get_create_plist()
-            if plist.get_layout() != h5py.h5d.CONTIGUOUS or plist.get_nfilters():
-                raise self._loss("dataset is not stored contiguously and unfiltered", name)
-            offset = ds.get_offset()
-            if offset is None or offset + entry.nbytes > self._size_bytes:
-                raise self._loss(
-                    f"data at offset {offset} + {entry.nbytes} bytes lies outside the "
-                    f"{self._size_bytes}-byte file (truncated?)",
-                    name,
-                )
-        if verify and self._hash_attr(ds, name) != entry.xxh3_64:
-            raise self._loss("xxh3_64 attribute disagrees with the index", name)
-        direct = self._fd is not None or not entry.nbytes
-        return _Plan(name, entry, offset, None if direct else ds)
-
-    def _read_planned(self, plans: list[_Plan], verify: bool) -> list[np.ndarray]:
-        """Reads and (with ``verify``) checks planned datasets, in order.
-
-        When the data of all of them lies in a small region of the file, the region is
-        read with one ``preadv`` and each variable copied and hashed from memory; larger
-        data is read per variable, in cache-sized chunks hashed as they arrive.
-        """
-        outs = [np.empty(p.entry.shape, dtype=p.entry.dtype) for p in plans]
-        region: tuple[int, memoryview] | None = None
-        spans = [(p.offset, p.entry.nbytes) for p in plans if p.offset is not None and p.ds is None]
-        if len(spans) > 1:
-            lo = min(off for off, _ in spans)
-            hi = max(off + n for off, n in spans)
-            total = sum(n for _, n in spans)
-            if hi - lo <= _REGION_BYTES and hi - lo <= 2 * total + _REGION_SLACK:
-                buf = bytearray(hi - lo)
-                try:
-                    got = self._pread_into(memoryview(buf), lo)
-                    region = (lo, memoryview(buf)[:got])
-                except OSError:  # read each variable on its own; errors name it
-                    region = None
-        for plan, out in zip(plans, outs):
-            try:
-                digest = self._read_one(plan, out, region, verify)
-            except CkptsyncError:
-                raise
-            except Exception as e:
-                raise self._loss(f"HDF5 read failed ({type(e).__name__}: {e})", plan.name) from e
-            if verify:
-                if plan.ds is not None:
-                    plan.ds.read(h5py.h5s.ALL, h5py.h5s.ALL, out)
-                entry = plan.entry
-                actual = digest if digest is not None else _format.hash_array(out)
-                if actual != entry.xxh3_64:
-                    raise self._loss(
-                        f"checksum mismatch: xxh3_64 {actual} != expected {entry.xxh3_64} "
-                        f"({entry.nbytes} bytes of {entry.dtype.name} {list(entry.shape)})",
-                        plan.name,
-                    )
-        return outs
-
-    def _read_one(
-        self,
-        plan: _Plan,
-        out: np.ndarray,
-        region: tuple[int, memoryview] | None,
-        verify: bool,
-    ) -> str | None:
-        """Fills ``out``; returns the digest of the bytes read, or None if not hashed."""
-        offset = plan.offset
-        if offset is None:  # zero-size
-            return None
-        if plan.ds is not None:  # no preadv here: HDF5 reads (and converts) it
-            plan.ds.read(h5py.h5s.ALL, h5py.h5s.ALL, out)
-            return None
-        nbytes = plan.entry.nbytes
-        if (
-            region is not None
-            and region[0] <= offset
-            and offset + nbytes <= region[0] + len(region[1])
-        ):
-            start = offset - region[0]
-            src = region[1][start : start + nbytes]
-            out.reshape(-1).view(np.uint8)[:] = src
-            return xxhash.xxh3_64_hexdigest(src) if verify else None
-        return self._read_raw(out, offset, verify, plan.name) or None
-
-    def _pread_into(self, view: memoryview, offset: int) -> int:
-        """Fills ``view`` from the file at ``offset``; returns the bytes read (fewer only
-        at the end of the file)."""
-        assert self._fd is not None
-        pos, total = 0, len(view)
-        while pos < total:
-            got = os.preadv(self._fd, [view[pos:]], offset + pos)
-            if got <= 0:
-                break
-            pos += got
-        return pos
-
-    def _read_raw(self, out: np.ndarray, offset: int, verify: bool, name: str) -> str:
-        """Reads a contiguous dataset's bytes with ``preadv`` on HDF5's own descriptor
-        (so the same inode), hashing each chunk while it is still in the CPU cache.
-
-        Returns the xxh3_64 hex digest, or "" when not verifying.
-        """
-        assert self._fd is not None
-        fd = self._fd
-        view = memoryview(out.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
-        hasher = xxhash.xxh3_64() if verify else None
-        pos, total = 0, len(view)
-        while pos < total:
-            chunk = view[pos : pos + _CHUNK_BYTES]
-            got = os.preadv(fd, [chunk], offset + pos)
-            if got <= 0:
-                raise self._loss(f"file ends inside the data at byte {offset + pos}", name)
-            if hasher is not None:
-                hasher.update(chunk[:got])
-            pos += got
-        return hasher.hexdigest() if hasher is not None else ""
-
-    def _read_tensors(self, names: list[str], verify: bool) -> list[np.ndarray]:
-        """Reads listed variables in order; the first damaged one raises (as reading
-        them one by one with get_tensor would)."""
-        if self._file is None:
-            raise CkptsyncRuntimeError(f"Checkpoint reader for {self._path} is closed.")
-        plans: list[_Plan] = []
-        failure: CkptsyncError | None = None
-        try:
-            for name in names:
-                entry = self._index[name]
-                try:
-                    ds = self._open_dataset(self._paths[name])
-                    if ds is None:
-                        raise self._loss("listed in the index but no such dataset", name)
-                    plan: _Plan | None = None
-                    try:
-                        plan = self._plan(ds, entry, verify, name)
-                    finally:
-                        if plan is None or plan.ds is None:
-                            ds.close()
-                    plans.append(plan)
-                except CkptsyncError as e:
-                    failure = e
-                    break
-                except Exception as e:
-                    failure = self._loss(f"HDF5 read failed ({type(e).__name__}: {e})", name)
-                    failure.__cause__ = e
-                    break
-            outs = self._read_planned(plans, verify)
-        finally:
-            for plan in plans:
-                if plan.ds is not None:
-                    plan.ds.close()
-        if failure is not None:
-            raise failure
-        return outs
 
     # -- public API -------------------------------------------------------------------
     def close(self) -> None:

@@ -24,6 +24,10 @@ which is faster than a thread hop; bigger requests run in starlette's thread poo
 do not stall other connections. Either way the request acquires one snapshot and finishes
 on it.
 
+The predict route is normally answered by :mod:`._fast_path` (plain ASGI); the Prometheus
+collector of the manager's state is in :mod:`._metrics`, and the JSON and error helpers in
+:mod:`._responses`.
+
 Example:
     >>> app = create_app(manager, "mlp")  # doctest: +SKIP
     >>> uvicorn.run(app, host="127.0.0.1", port=8501)  # doctest: +SKIP
@@ -33,9 +37,6 @@ from __future__ import annotations
 
 import contextlib
 import hmac
-import json
-import logging
-import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -47,8 +48,6 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
-from prometheus_client.registry import Collector
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -58,117 +57,13 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import errors
+from ._fast_path import _PredictFastPath
+from ._metrics import _ManagerCollector
+from ._responses import _decode_json, _dumps, _error, _HttpError, _json, _map_error, _short
 from .manager import ModelManager
 from .rest_codec import format_predict_response, parse_predict_request
 
 __all__ = ["create_app"]
-
-logger = logging.getLogger(__name__)
-
-_HTTP_STATUS = {
-    errors.INVALID_ARGUMENT: 400,
-    errors.FAILED_PRECONDITION: 400,
-    errors.OUT_OF_RANGE: 400,
-    errors.NOT_FOUND: 404,
-    errors.RESOURCE_EXHAUSTED: 413,
-    errors.UNAVAILABLE: 503,
-    errors.DEADLINE_EXCEEDED: 504,
-}
-
-
-class _HttpError(Exception):
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
-        super().__init__(message)
-        self.status, self.message, self.headers = status, message, headers
-
-
-# allow_nan: TF Serving writes NaN/Infinity for non-finite outputs too.
-_dumps = json.JSONEncoder(allow_nan=True, separators=(",", ":")).encode
-_loads = json.loads
-
-
-def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(_dumps(body).encode(), status, headers, media_type="application/json")
-
-
-def _error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
-    return _json({"error": message}, status, headers)
-
-
-class _ManagerCollector(Collector):
-    """Exports the manager's state at scrape time."""
-
-    def __init__(self, manager: ModelManager, model_name: str):
-        self._manager, self._model = manager, model_name
-
-    def collect(self) -> Any:
-        labels, model = ["model"], [self._model]
-        version = self._manager.version
-        g = GaugeMetricFamily(
-            "ckptsync_served_version",
-            "Version (global step) being served; -1 if none",
-            labels=labels,
-        )
-        g.add_metric(model, -1 if version is None else version)
-        yield g
-        stats = self._manager.stats
-        c = CounterMetricFamily(
-            "ckptsync_reloads", "Checkpoint loads by result", labels=["model", "result"]
-        )
-        c.add_metric([self._model, "success"], stats.reloads_succeeded)
-        c.add_metric([self._model, "failure"], stats.reloads_failed)
-        s = SummaryMetricFamily(
-            "ckptsync_load_duration_seconds", "Read+verify time of successful loads", labels=labels
-        )
-        s.add_metric(
-            model, count_value=stats.reloads_succeeded, sum_value=stats.load_duration_s_sum
-        )
-        yield s
-        last = GaugeMetricFamily(
-            "ckptsync_last_load_duration_seconds",
-            "Duration of the last successful load",
-            labels=labels,
-        )
-        last.add_metric(model, stats.last_load_duration_s)
-        yield last
-        c.add_metric([self._model, "rejected"], stats.reloads_rejected)
-        yield c
-        snap = self._manager.current
-        age = GaugeMetricFamily(
-            "ckptsync_checkpoint_age_seconds",
-            "Seconds since the served checkpoint's file was written; -1 if none",
-            labels=labels,
-        )
-        age.add_metric(model, -1.0 if snap is None else max(0.0, time.time() - snap.created_unix_s))
-        yield age
-        pinned = self._manager.policy.pinned
-        p = GaugeMetricFamily(
-            "ckptsync_pinned_version", "The pinned version; -1 under the latest policy",
-            labels=labels,
-        )
-        p.add_metric(model, -1 if pinned is None else pinned)
-        yield p
-        health = self._manager.health()
-        watcher, loader = health["watcher"], health["loader"]
-        alive = GaugeMetricFamily(
-            "ckptsync_watcher_alive",
-            "1 while the checkpoint directory watcher (observer and rescan timer) runs",
-            labels=["model", "mode"],
-        )
-        alive.add_metric([self._model, watcher["mode"]], 1 if watcher["alive"] else 0)
-        yield alive
-        restarts = CounterMetricFamily(
-            "ckptsync_watcher_restarts", "Times the watchdog observer was restarted",
-            labels=labels,
-        )
-        restarts.add_metric(model, watcher["restarts"])
-        yield restarts
-        la = GaugeMetricFamily(
-            "ckptsync_loader_alive", "1 while the load thread runs and is not stuck",
-            labels=labels,
-        )
-        la.add_metric(model, 1 if loader["alive"] else 0)
-        yield la
 
 
 class _Api:
@@ -415,110 +310,6 @@ class _Api:
 
     async def metrics(self, request: Request) -> Response:
         return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
-
-
-_PREDICT_PATH = re.compile(r"^/v1/models/([^/]+)(?:/versions/([0-9]+))?:predict$")
-
-
-class _ClientGone(Exception):
-    pass
-
-
-class _PredictFastPath:
-    """Answers ``POST /v1/models/{name}[/versions/{v}]:predict`` as plain ASGI.
-
-    The hot path skips starlette's routing table and its Request/Response objects; the
-    rest (errors, metrics, the body cap, the thread pool for big bodies) is the same as for
-    every other route. Everything else goes to the starlette app.
-    """
-
-    def __init__(self, app: Any, api: _Api):
-        self.app, self.api = app, api
-        self._observe = api.latency.labels("predict").observe
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST":
-            return await self.app(scope, receive, send)
-        m = _PREDICT_PATH.match(scope["path"])
-        if m is None:
-            return await self.app(scope, receive, send)
-        start = time.perf_counter()
-        api = self.api
-        headers = [(b"content-type", b"application/json")]
-        try:
-            name, v = m.groups()
-            api.check_name(name)
-            version = None if v is None else int(v)
-            body = await self._body(scope, receive)
-            if len(body) <= api.inline_max_body_bytes:
-                data, served = api.predict_bytes(body, version)
-            else:
-                data, served = await run_in_threadpool(api.predict_bytes, body, version)
-            status = 200
-            headers.append((b"x-model-version", served.encode()))
-        except _ClientGone:
-            return
-        except Exception as e:
-            status, message, extra = _map_error(e, "POST", scope["path"])
-            data = _dumps({"error": message}).encode()
-            headers += [(k.lower().encode(), val.encode()) for k, val in (extra or {}).items()]
-        headers.append((b"content-length", str(len(data)).encode()))
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": data})
-        api.count("predict", status)
-        self._observe(time.perf_counter() - start)
-
-    async def _body(self, scope: Any, receive: Any) -> bytes:
-        cap = self.api.max_request_bytes
-        for key, value in scope["headers"]:
-            if key == b"content-length":
-                try:
-                    declared = int(value)
-                except ValueError:
-                    raise _HttpError(
-                        400, f"Content-Length must be an integer, got {value.decode('latin-1')!r}"
-                    ) from None
-                if declared > cap:
-                    raise _HttpError(
-                        413, f"request body of {declared} bytes exceeds the limit of {cap} bytes"
-                    )
-        chunks: list[bytes] = []
-        total = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise _ClientGone
-            chunk = message.get("body", b"")
-            total += len(chunk)
-            if total > cap:
-                raise _HttpError(413, f"request body exceeds the limit of {cap} bytes")
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
-def _map_error(e: Exception, method: str, path: str) -> tuple[int, str, dict[str, str] | None]:
-    """An exception -> (HTTP status, message, extra headers); unexpected ones are logged."""
-    if isinstance(e, _HttpError):
-        return e.status, e.message, e.headers
-    if isinstance(e, errors.OpError):
-        return _HTTP_STATUS.get(e.error_code, 500), e.message, None
-    logger.exception("unexpected error answering %s %s", method, path)
-    return 500, f"internal error: {type(e).__name__}: {e}", None
-
-
-def _decode_json(body: bytes) -> Any:
-    try:
-        return _loads(body)
-    except RecursionError:
-        raise _HttpError(400, "request body is not valid JSON: it nests too deeply") from None
-    except (UnicodeDecodeError, ValueError) as e:  # JSONDecodeError is a ValueError
-        raise _HttpError(400, f"request body is not valid JSON: {e}") from None
-
-
-def _short(value: Any) -> str:
-    text = _dumps(value) if not isinstance(value, bytes) else repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def create_app(

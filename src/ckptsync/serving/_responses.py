@@ -1,0 +1,73 @@
+"""JSON answers and error mapping shared by the HTTP app's routes (:mod:`.http`) and its
+predict fast path (:mod:`._fast_path`).
+
+An exception becomes ``(HTTP status, {"error": message}, extra headers)``: an
+:class:`_HttpError` carries its own status, an ``OpError`` maps by its TF error code, and
+anything else is logged (as ``ckptsync.serving.http``) and answered 500.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from starlette.responses import Response
+
+from .. import errors
+
+# The logger of the module this code came from, so logging configuration keeps applying.
+logger = logging.getLogger("ckptsync.serving.http")
+
+_HTTP_STATUS = {
+    errors.INVALID_ARGUMENT: 400,
+    errors.FAILED_PRECONDITION: 400,
+    errors.OUT_OF_RANGE: 400,
+    errors.NOT_FOUND: 404,
+    errors.RESOURCE_EXHAUSTED: 413,
+    errors.UNAVAILABLE: 503,
+    errors.DEADLINE_EXCEEDED: 504,
+}
+
+
+class _HttpError(Exception):
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.message, self.headers = status, message, headers
+
+
+# allow_nan: TF Serving writes NaN/Infinity for non-finite outputs too.
+_dumps = json.JSONEncoder(allow_nan=True, separators=(",", ":")).encode
+_loads = json.loads
+
+
+def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(_dumps(body).encode(), status, headers, media_type="application/json")
+
+
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+    return _json({"error": message}, status, headers)
+
+
+def _map_error(e: Exception, method: str, path: str) -> tuple[int, str, dict[str, str] | None]:
+    """An exception -> (HTTP status, message, extra headers); unexpected ones are logged."""
+    if isinstance(e, _HttpError):
+        return e.status, e.message, e.headers
+    if isinstance(e, errors.OpError):
+        return _HTTP_STATUS.get(e.error_code, 500), e.message, None
+    logger.exception("unexpected error answering %s %s", method, path)
+    return 500, f"internal error: {type(e).__name__}: {e}", None
+
+
+def _decode_json(body: bytes) -> Any:
+    try:
+        return _loads(body)
+    except RecursionError:
+        raise _HttpError(400, "request body is not valid JSON: it nests too deeply") from None
+    except (UnicodeDecodeError, ValueError) as e:  # JSONDecodeError is a ValueError
+        raise _HttpError(400, f"request body is not valid JSON: {e}") from None
+
+
+def _short(value: Any) -> str:
+    text = _dumps(value) if not isinstance(value, bytes) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
