@@ -12,17 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.concurrency import run_in_threadpool
 
-from ._responses import _dumps, _HttpError, _map_error
+from ._responses import _ClientGone, _dumps, _map_error, _read_capped_body
 
 if TYPE_CHECKING:
     from .http import _Api
 
 
 _PREDICT_PATH = re.compile(r"^/v1/models/([^/]+)(?:/versions/([0-9]+))?:predict$")
-
-
-class _ClientGone(Exception):
-    pass
 
 
 class _PredictFastPath:
@@ -50,7 +46,7 @@ class _PredictFastPath:
             name, v = m.groups()
             api.check_name(name)
             version = None if v is None else int(v)
-            body = await self._body(scope, receive)
+            body = await _read_capped_body(scope["headers"], receive, self.api.max_request_bytes)
             if len(body) <= api.inline_max_body_bytes:
                 data, served = api.predict_bytes(body, version)
             else:
@@ -69,30 +65,3 @@ class _PredictFastPath:
         api.count("predict", status)
         self._observe(time.perf_counter() - start)
 
-    async def _body(self, scope: Any, receive: Any) -> bytes:
-        cap = self.api.max_request_bytes
-        for key, value in scope["headers"]:
-            if key == b"content-length":
-                try:
-                    declared = int(value)
-                except ValueError:
-                    raise _HttpError(
-                        400, f"Content-Length must be an integer, got {value.decode('latin-1')!r}"
-                    ) from None
-                if declared > cap:
-                    raise _HttpError(
-                        413, f"request body of {declared} bytes exceeds the limit of {cap} bytes"
-                    )
-        chunks: list[bytes] = []
-        total = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise _ClientGone
-            chunk = message.get("body", b"")
-            total += len(chunk)
-            if total > cap:
-                raise _HttpError(413, f"request body exceeds the limit of {cap} bytes")
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return chunks[0] if len(chunks) == 1 else b"".join(chunks)

@@ -71,3 +71,43 @@ def _decode_json(body: bytes) -> Any:
 def _short(value: Any) -> str:
     text = _dumps(value) if not isinstance(value, bytes) else repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+class _ClientGone(Exception):
+    """The client disconnected before its request body was complete."""
+
+
+async def _read_capped_body(headers: Any, receive: Any, cap: int) -> bytes:
+    """The ASGI request body, refused with 413 past ``cap`` bytes: by a declared
+    Content-Length before reading, and by counting while the body streams in.
+
+    Raises:
+        _HttpError: 400 for a non-integer Content-Length, 413 over the cap.
+        _ClientGone: the client went away mid-body.
+    """
+    for key, value in headers:
+        if key == b"content-length":
+            try:
+                declared = int(value)
+            except ValueError:
+                raise _HttpError(
+                    400, f"Content-Length must be an integer, got {value.decode('latin-1')!r}"
+                ) from None
+            if declared > cap:
+                raise _HttpError(
+                    413, f"request body of {declared} bytes exceeds the limit of {cap} bytes"
+                )
+    chunks: list[bytes] = []
+    total = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _ClientGone
+        chunk = message.get("body", b"")
+        total += len(chunk)
+        if total > cap:
+            raise _HttpError(413, f"request body exceeds the limit of {cap} bytes")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+

@@ -52,14 +52,24 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import errors
 from ._fast_path import _PredictFastPath
 from ._metrics import _ManagerCollector
-from ._responses import _decode_json, _dumps, _error, _HttpError, _json, _map_error, _short
+from ._responses import (
+    _ClientGone,
+    _decode_json,
+    _dumps,
+    _error,
+    _HttpError,
+    _json,
+    _map_error,
+    _read_capped_body,
+    _short,
+)
 from .manager import ModelManager
 from .rest_codec import format_predict_response, parse_predict_request
 
@@ -138,26 +148,11 @@ class _Api:
             )
 
     async def _read_body(self, request: Request) -> bytes:
-        cap = self.max_request_bytes
-        length = request.headers.get("content-length")
-        if length is not None:
-            try:
-                declared = int(length)
-            except ValueError:
-                raise _HttpError(
-                    400, f"Content-Length must be an integer, got {length!r}"
-                ) from None
-            if declared > cap:
-                raise _HttpError(
-                    413, f"request body of {declared} bytes exceeds the limit of {cap} bytes"
-                )
-        chunks, total = [], 0
-        async for chunk in request.stream():
-            total += len(chunk)
-            if total > cap:
-                raise _HttpError(413, f"request body exceeds the limit of {cap} bytes")
-            chunks.append(chunk)
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        try:
+            return await _read_capped_body(request.scope["headers"], request.receive,
+                                           self.max_request_bytes)
+        except _ClientGone:
+            raise ClientDisconnect() from None
 
     async def predict(self, request: Request) -> Response:
         # Normally answered by _PredictFastPath; this route serves apps mounted without it.
