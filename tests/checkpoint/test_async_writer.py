@@ -55,3 +55,41 @@ def test_bad_input_is_refused_before_anything_is_sent(tmp_path: Path) -> None:
     with pytest.raises(CkptsyncRuntimeError, match="closed"):
         writer.submit(str(tmp_path / "m"), {"w": np.ones(1)})
     assert os.listdir(tmp_path) == []
+
+
+def test_require_finite_finds_the_bad_variable_and_sends_nothing(tmp_path: Path) -> None:
+    arrays = {"a": np.ones(10, np.float32), "step": np.int64(3), "b": np.ones((4, 5), np.float32),
+              "c": np.ones(3, np.complex64), "d": np.full(2, 3e38, np.float32)}
+    with AsyncCheckpointWriter() as writer:
+        # Finite values whose sum overflows to inf are not refused.
+        assert writer.submit(str(tmp_path / "m-1"), arrays, require_finite=True) is None
+        writer.wait()
+        for key, bad in [("b", np.nan), ("c", np.inf * 1j), ("a", -np.inf)]:
+            broken = {k: v.copy() for k, v in arrays.items()}
+            broken[key].flat[-1] = bad
+            assert writer.submit(str(tmp_path / f"m-{key}"), broken, require_finite=True) == key
+            assert writer.in_flight is None
+        # Without the check the same values are written as given.
+        assert writer.submit(str(tmp_path / "m-2"), broken) is None
+        writer.wait()
+    assert sorted(os.listdir(tmp_path)) == ["m-1.h5", "m-2.h5"]
+    assert np.isneginf(read_checkpoint(tmp_path / "m-2")["a"][-1])
+
+
+def test_a_changed_layout_and_a_restarted_worker_get_the_new_layout(tmp_path: Path) -> None:
+    with AsyncCheckpointWriter() as writer:
+        layouts = [{"w": np.ones(3, np.float32)}, {"w": np.ones(3, np.float32)},
+                   {"w": np.ones(4, np.float64), "v": np.int8(1)}, {"w": np.ones(3, np.float32)}]
+        for i, arrays in enumerate(layouts):
+            if i == 3:  # the worker dies while idle; a fresh one must be told the layout
+                assert writer.pid is not None
+                os.kill(writer.pid, 9)
+                assert writer._proc is not None
+                writer._proc.wait(timeout=10)
+            arrays = {k: v * (i + 1) for k, v in arrays.items()}
+            writer.submit(str(tmp_path / f"m-{i}"), arrays, global_step=i)
+            writer.wait(timeout_s=30)
+            got = read_checkpoint(tmp_path / f"m-{i}", verify=True)
+            assert sorted(got) == sorted(arrays)
+            for k, v in arrays.items():
+                np.testing.assert_array_equal(got[k], v)

@@ -18,6 +18,16 @@ from ckptsync.errors import (
     NotFoundError,
 )
 
+
+@pytest.fixture(autouse=True, params=["images", "hdf5"])
+def write_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every round trip twice: through metadata images (the default) and through HDF5."""
+    from ckptsync.checkpoint import writer
+
+    monkeypatch.setattr(writer, "USE_METADATA_IMAGES", request.param == "images")
+    return str(request.param)
+
+
 ALL_DTYPES = [
     np.bool_,
     np.int8,

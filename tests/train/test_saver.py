@@ -219,3 +219,22 @@ def test_checkpoint_saver_hook_with_async_saver(tmp_path: Path) -> None:
                 mon.run(inc)
         assert ckpt.latest_checkpoint(str(tmp_path)) == str(tmp_path / "model.ckpt-5")
         assert ckpt.load_variable(str(tmp_path), "global_step") == 5
+
+
+@pytest.mark.parametrize("async_save", [False, True], ids=["sync", "async"])
+def test_require_finite_refuses_nan_and_keeps_the_last_good_state(
+        model: Any, tmp_path: Path, async_save: bool) -> None:
+    sess, v = model
+    with cs.train.Saver(max_to_keep=2, async_save=async_save, require_finite=True) as saver:
+        good = saver.save(sess, str(tmp_path / "m"), global_step=1)
+        saver.wait_until_finished()
+        _set(sess, v["b"], np.array([0.0, np.nan, 0.0], np.float32))
+        with pytest.raises(InvalidArgumentError, match="dense0/b holds NaN or Inf.*m-2"):
+            saver.save(sess, str(tmp_path / "m"), global_step=2)
+        saver.wait_until_finished()
+        assert saver.last_checkpoints == [good]
+        assert ckpt.latest_checkpoint(str(tmp_path)) == good
+        assert sorted(os.listdir(tmp_path)) == ["checkpoint", "m-1.h5"]
+        _set(sess, v["b"], np.zeros(3, np.float32))  # fixed: saving works again
+        assert saver.save(sess, str(tmp_path / "m"), global_step=3) == str(tmp_path / "m-3")
+    assert ckpt.latest_checkpoint(str(tmp_path)) == str(tmp_path / "m-3")

@@ -150,7 +150,18 @@ class _Buffer:
         os.close(self.fd)
 
 
-def _layout(arrays: Mapping[str, np.ndarray]) -> tuple[list[dict[str, Any]], int]:
+def _signature(arrays: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """(key, dtype, shape) of every value, in order, if every value is a C-contiguous
+    ndarray (normalized arrays are); None otherwise."""
+    sig = []
+    for k, v in arrays.items():
+        if type(v) is not np.ndarray or not v.flags.c_contiguous:
+            return None
+        sig.append((k, v.dtype, v.shape))
+    return tuple(sig)
+
+
+def _layout_of(arrays: Mapping[str, np.ndarray]) -> tuple[list[dict[str, Any]], int]:
     entries, offset = [], 0
     for name, arr in arrays.items():
         entries.append(
@@ -158,6 +169,45 @@ def _layout(arrays: Mapping[str, np.ndarray]) -> tuple[list[dict[str, Any]], int
         )
         offset += -(-arr.nbytes // _ALIGN_BYTES) * _ALIGN_BYTES
     return entries, offset
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Where each variable lies in the shared buffer, for one set of keys/dtypes/shapes.
+
+    Attributes:
+        signature: ``_signature`` of the normalized arrays (None never matches).
+        entries: one ``{"name", "dtype", "shape", "offset"}`` per variable, in order.
+        size_bytes: the buffer size needed.
+    """
+
+    signature: tuple[Any, ...] | None
+    entries: list[dict[str, Any]]
+    size_bytes: int
+
+    @property
+    def float_spans(self) -> list[tuple[int, int, np.dtype, list[int]]]:
+        """``(start, end, dtype, entry indexes)`` of each run of consecutive entries of
+        one floating-point (or complex) dtype, as byte offsets into the buffer."""
+        spans: list[tuple[int, int, np.dtype, list[int]]] = []
+        for i, (e, dtype, _, nbytes) in enumerate(self.views):
+            if dtype.kind not in "fc" or not nbytes:
+                continue
+            start, end = e["offset"], e["offset"] + nbytes
+            if spans and spans[-1][2] == dtype and spans[-1][3][-1] == i - 1:
+                # The bytes between the last member and this one are alignment zeros.
+                spans[-1] = (spans[-1][0], end, dtype, [*spans[-1][3], i])
+            else:
+                spans.append((start, end, dtype, [i]))
+        return spans
+
+    @property
+    def views(self) -> list[tuple[dict[str, Any], np.dtype, tuple[int, ...], int]]:
+        out = []
+        for e in self.entries:
+            dtype, shape = np.dtype(e["dtype"]), tuple(e["shape"])
+            out.append((e, dtype, shape, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize))
+        return out
 
 
 def _shutdown(proc: subprocess.Popen[bytes], sock: socket.socket) -> None:
@@ -193,6 +243,9 @@ class AsyncCheckpointWriter:
         self._finalizer: weakref.finalize[Any, Any] | None = None
         self._buffer: _Buffer | None = None
         self._buffer_sent = False
+        self._layout: _Layout | None = None
+        self._layout_sent = False
+        self._targets: list[np.ndarray] | None = None
         self._in_flight: str | None = None
         self._closed = False
         self._start()
@@ -211,7 +264,8 @@ class AsyncCheckpointWriter:
             raise
         finally:
             child.close()
-        self._proc, self._sock, self._buffer_sent = proc, parent, False
+        self._proc, self._sock = proc, parent
+        self._buffer_sent = self._layout_sent = False
         self._finalizer = weakref.finalize(self, _shutdown, proc, parent)
 
     def _stop(self) -> None:
@@ -238,7 +292,8 @@ class AsyncCheckpointWriter:
         metadata: Mapping[str, Any] | None = None,
         state: StateUpdate | None = None,
         delete: Sequence[str] = (),
-    ) -> None:
+        require_finite: bool = False,
+    ) -> str | None:
         """Waits for the previous job, copies ``arrays`` and starts writing ``prefix``.
 
         Returns once the values are copied; the caller may change ``arrays`` then. The
@@ -251,6 +306,13 @@ class AsyncCheckpointWriter:
             global_step, metadata: as for :func:`write_checkpoint`.
             state: the state file to publish after the data file is durable.
             delete: evicted checkpoint prefixes to remove after the state file.
+            require_finite: check the copy for NaN/Inf in floating-point variables
+                (a few reductions over the shared buffer instead of one per variable);
+                if there is one, nothing is sent.
+
+        Returns:
+            None once the job is sent; with ``require_finite``, the key of the first
+            variable holding a NaN or Inf instead (and nothing is written).
 
         Raises:
             CkptsyncTypeError, CkptsyncValueError: bad keys, dtypes, step or metadata
@@ -263,22 +325,33 @@ class AsyncCheckpointWriter:
         if self._closed:
             raise CkptsyncRuntimeError("The async checkpoint writer is closed.")
         self.wait()
-        prepared = {
-            _format.validate_key(k): _format.normalize_array(k, v) for k, v in arrays.items()
-        }
+        layout = self._layout
+        if layout is None or _signature(arrays) != layout.signature:
+            prepared = {
+                _format.validate_key(k): _format.normalize_array(k, v) for k, v in arrays.items()
+            }
+            signature = _signature(prepared)
+            if layout is None or signature is None or signature != layout.signature:
+                layout = _Layout(signature, *_layout_of(prepared))
+        else:  # the layout of the last save: keys valid, arrays already normalized
+            prepared = dict(arrays)
         step = check_global_step(global_step)
         metadata_json(metadata)  # validates
-        entries, size = _layout(prepared)
         if self._proc is not None and self._proc.poll() is not None:
             self._stop()  # died while idle: nothing was lost, start a fresh one
         if self._proc is None:
             self._start()
-        self._copy_in(prepared, entries, size)
+        if layout is not self._layout:
+            self._layout, self._layout_sent, self._targets = layout, False, None
+        self._copy_in(prepared)
+        if require_finite:
+            bad = self._first_nonfinite()
+            if bad is not None:
+                return bad
         job = {
             "prefix": prefix,
             "global_step": step,
             "metadata": None if metadata is None else dict(metadata),
-            "variables": entries,
             "state": None if state is None else state.__dict__,
             "delete": list(delete),
         }
@@ -295,31 +368,54 @@ class AsyncCheckpointWriter:
                     None, None, f"Could not hand checkpoint {prefix} to the writer process: {e}"
                 ) from e
         self._in_flight = prefix
+        return None
+
+    def _first_nonfinite(self) -> str | None:
+        """The first variable of the copied values holding NaN or Inf, or None."""
+        assert self._layout is not None and self._buffer is not None
+        flat = np.frombuffer(self._buffer.mm, dtype=np.uint8)
+        try:
+            with np.errstate(over="ignore", invalid="ignore"):
+                for start, end, dtype, members in self._layout.float_spans:
+                    # A sum is finite only if every element is (gaps between members
+                    # are zeros); a non-finite sum may be an overflow: look at each one.
+                    if np.isfinite(np.add.reduce(flat[start:end].view(dtype), axis=None)):
+                        continue
+                    for e in members:
+                        if not np.all(np.isfinite(self._targets[e])):  # type: ignore[index]
+                            return str(self._layout.entries[e]["name"])
+            return None
+        finally:
+            del flat
 
     def _send(self, job: dict[str, Any]) -> None:
-        assert self._sock is not None and self._buffer is not None
+        assert self._sock is not None and self._buffer is not None and self._layout is not None
         if not self._buffer_sent:
             socket.send_fds(self._sock, [b"F"], [self._buffer.fd])
             self._buffer_sent = True
+        if not self._layout_sent:  # the worker keeps the last layout it was sent
+            job = {**job, "variables": self._layout.entries}
         _send_frame(self._sock, b"J", job)
+        self._layout_sent = True
 
-    def _copy_in(
-        self, arrays: Mapping[str, np.ndarray], entries: list[dict[str, Any]], size: int
-    ) -> None:
+    def _copy_in(self, arrays: Mapping[str, np.ndarray]) -> None:
+        assert self._layout is not None
+        size = self._layout.size_bytes
         if self._buffer is None or self._buffer.size_bytes < size:
-            old, self._buffer = self._buffer, None
+            old, self._buffer, self._targets = self._buffer, None, None
             if old is not None:
                 old.close()
             self._buffer = _Buffer(max(_GROW_BYTES, -(-size // _GROW_BYTES) * _GROW_BYTES))
-            self._buffer_sent = False
-        flat = np.frombuffer(self._buffer.mm, dtype=np.uint8)
-        try:
-            for entry in entries:
-                src = arrays[entry["name"]]
-                dst = flat[entry["offset"] : entry["offset"] + src.nbytes]
-                np.copyto(dst.view(src.dtype).reshape(src.shape), src)
-        finally:
-            del flat
+            self._buffer_sent, self._targets = False, None
+        if self._targets is None:
+            flat = np.frombuffer(self._buffer.mm, dtype=np.uint8)
+            flat[:size] = 0  # gaps between variables are zeros (see _first_nonfinite)
+            self._targets = [
+                flat[e["offset"] : e["offset"] + nbytes].view(dtype).reshape(shape)
+                for e, dtype, shape, nbytes in self._layout.views
+            ]
+        for dst, src in zip(self._targets, arrays.values()):
+            np.copyto(dst, src)
 
     def wait(self, timeout_s: float | None = None) -> None:
         """Blocks until the job in flight (if any) is written, published and cleaned up.
@@ -373,6 +469,7 @@ class AsyncCheckpointWriter:
             self.wait()
         finally:
             self._stop()
+            self._targets = None  # views of the buffer
             if self._buffer is not None:
                 self._buffer.close()
                 self._buffer = None
@@ -403,16 +500,15 @@ def _views(variables: list[dict[str, Any]], mm: mmap.mmap | None) -> dict[str, n
     return arrays
 
 
-def _run_job(job: Mapping[str, Any], mm: mmap.mmap | None) -> dict[str, Any]:
+def _run_job(job: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> dict[str, Any]:
     from .management import remove_checkpoint
     from .state import update_checkpoint_state
     from .writer import write_checkpoint
 
     try:
-        write_checkpoint(
-            job["prefix"], _views(job["variables"], mm), job["global_step"], job["metadata"]
-        )
         state = job["state"]
+        write_checkpoint(job["prefix"], arrays, job["global_step"], job["metadata"],
+                         sync_directory=state is None)
         if state is not None:
             update_checkpoint_state(
                 state["save_dir"],
@@ -436,6 +532,8 @@ def worker_main() -> None:
     logging.basicConfig(level=logging.WARNING)
     sock = socket.socket(fileno=int(sys.argv[-1]))
     mm: mmap.mmap | None = None
+    variables: list[dict[str, Any]] = []
+    views: tuple[Any, Any, dict[str, np.ndarray]] = (None, None, {})  # (variables, mm, views)
     while True:
         try:
             tag, fds, _, _ = socket.recv_fds(sock, 1, 1)
@@ -444,6 +542,7 @@ def worker_main() -> None:
         if not tag:
             break
         if tag == b"F":
+            views = (None, None, {})  # views of the old buffer
             if mm is not None:
                 try:
                     mm.close()
@@ -456,7 +555,11 @@ def worker_main() -> None:
         job = _recv_frame(sock)
         if job is None:
             break
-        reply = _run_job(job, mm)
+        variables = job.get("variables") or variables
+        if views[0] is not variables or views[1] is not mm:
+            views = (variables, mm, {})  # drop the old views before making new ones
+            views = (variables, mm, _views(variables, mm))
+        reply = _run_job(job, views[2])
         try:
             _send_frame(sock, b"", reply)
         except OSError:

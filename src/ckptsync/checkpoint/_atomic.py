@@ -99,7 +99,8 @@ def _remove_quietly(path: str) -> None:
         logger.warning("Could not remove temp file %s: %s", path, e)
 
 
-def publish(final_path: str, write: Callable[[str], None], what: str = "write") -> None:
+def publish(final_path: str, write: Callable[[str], None], what: str = "write",
+            sync_directory: bool = True) -> None:
     """Writes ``final_path`` atomically and durably through a temp file.
 
     Args:
@@ -107,6 +108,8 @@ def publish(final_path: str, write: Callable[[str], None], what: str = "write") 
         write: called with the temp path; must create that file (exclusively) and close
             it. Exceptions it raises are mapped as below.
         what: the action for messages, e.g. ``"write checkpoint"``.
+        sync_directory: False skips step 4, for a caller that publishes another file
+            in the same directory right after (whose step 4 covers both renames).
 
     Raises:
         ResourceExhaustedError, PermissionDeniedError, DataLossError, UnknownError: an
@@ -130,6 +133,8 @@ def publish(final_path: str, write: Callable[[str], None], what: str = "write") 
     except BaseException:
         _remove_quietly(tmp)
         raise
+    if not sync_directory:
+        return
     try:
         fsync_path(directory, directory=True)
     except OSError as e:

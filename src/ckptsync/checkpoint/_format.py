@@ -131,6 +131,19 @@ def le_bytes(arr: np.ndarray) -> memoryview:
     return memoryview(arr.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
 
 
+def first_nonfinite(arrays: Mapping[str, Any]) -> str | None:
+    """The key of the first floating-point (or complex) array holding NaN or Inf, else
+    None. One reduction per array: a sum is finite only if every element is (a
+    non-finite sum may be an overflow, so then the elements are checked)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        for key, value in arrays.items():
+            arr = np.asarray(value)
+            if (arr.dtype.kind in "fc" and not np.isfinite(np.add.reduce(arr, axis=None))
+                    and not np.all(np.isfinite(arr))):
+                return str(key)
+    return None
+
+
 def hash_array(arr: np.ndarray) -> str:
     """Returns the xxh3_64 hex digest (16 lowercase hex chars) of the array's bytes."""
     return xxhash.xxh3_64_hexdigest(le_bytes(arr))
@@ -157,17 +170,29 @@ class IndexEntry:
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
-            "dtype": self.dtype.name,
+            "dtype": dtype_name(self.dtype),
             "shape": list(self.shape),
             "nbytes": self.nbytes,
             "xxh3_64": self.xxh3_64,
         }
 
 
+_NAMES: dict[np.dtype, str] = {}
+
+
+def dtype_name(dtype: np.dtype) -> str:
+    """``dtype.name`` (``"float32"``), cached: numpy computes it anew on every access."""
+    name = _NAMES.get(dtype)
+    if name is None:
+        name = _NAMES[dtype] = dtype.name
+    return name
+
+
 def entry_for(name: str, arr: np.ndarray) -> IndexEntry:
     """Builds the index entry of a normalized array."""
     return IndexEntry(
-        name, np.dtype(arr.dtype.name), tuple(arr.shape), int(arr.nbytes), hash_array(arr)
+        name, np.dtype(dtype_name(arr.dtype)), tuple(arr.shape), int(arr.nbytes),
+        hash_array(arr)
     )
 
 

@@ -6,10 +6,12 @@ The policy only decides; the caller (``train.Saver``) deletes the prefixes that
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import time
 from collections.abc import Iterable
+from typing import Any
 
 from ..errors import CkptsyncTypeError, CkptsyncValueError
 from .management import get_checkpoint_mtimes
@@ -73,6 +75,12 @@ class CheckpointRetention:
         self._next_keep_time = start + self._keep_every_s
         self._last: list[tuple[str, float]] = []
         self._to_delete: list[tuple[str, float]] = []
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> CheckpointRetention:
+        # Every field is immutable or a list of immutable pairs: copy the lists.
+        other = copy.copy(self)
+        other._last, other._to_delete = list(self._last), list(self._to_delete)
+        return other
 
     @property
     def max_to_keep(self) -> int:

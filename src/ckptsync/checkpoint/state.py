@@ -188,14 +188,30 @@ def _state_filename(save_dir: str, latest_filename: str | None) -> str:
     return os.path.join(save_dir, name)
 
 
-def _is_inside(path: str, directory: str) -> bool:
-    real_dir = os.path.realpath(directory)
+def _is_inside(path: str, directory: str, real_dir: str | None = None) -> bool:
+    """Whether ``path`` (relative to ``directory``, or absolute) resolves strictly inside
+    ``directory`` after ``os.path.realpath`` (symlinks followed). ``real_dir``: the
+    directory's realpath, when the caller already has it."""
+    if real_dir is None:
+        real_dir = os.path.realpath(directory)
+    if path and "/" not in path and "\0" not in path and path not in (".", ".."):
+        # A plain name: inside unless it is a symlink (one lstat instead of a realpath).
+        if not os.path.islink(os.path.join(real_dir, path)):
+            return True
     real = os.path.realpath(os.path.join(directory, path))
     return real != real_dir and os.path.commonpath([real, real_dir]) == real_dir
 
 
+def _first_outside(paths: list[str], directory: str) -> str | None:
+    """The first of ``paths`` that does not resolve inside ``directory``, or None."""
+    real_dir = os.path.realpath(directory)
+    return next((p for p in paths if not _is_inside(p, directory, real_dir)), None)
+
+
 def _relative_to(save_dir: str, path: str, relative: bool) -> str:
     if os.path.isabs(path):
+        if relative and os.path.dirname(path) == os.path.abspath(save_dir):
+            return os.path.basename(path)  # a plain name: checked by _first_outside
         if relative and _is_inside(path, save_dir):
             return os.path.relpath(path, os.path.abspath(save_dir))
         return path
@@ -300,14 +316,19 @@ def update_checkpoint_state(
         last_preserved_timestamp,
         relative=save_relative_paths,
     )
-    for p in [state.model_checkpoint_path, *state.all_model_checkpoint_paths]:
-        if not _is_inside(p, save_dir):
-            raise CkptsyncValueError(
-                f"Checkpoint path {p!r} resolves outside the checkpoint directory "
-                f"{save_dir!r}; readers refuse such entries. Save inside the directory."
-            )
-    if os.path.realpath(os.path.join(save_dir, state.model_checkpoint_path)) == (
-        os.path.realpath(state_path)
+    p = _first_outside([state.model_checkpoint_path, *state.all_model_checkpoint_paths],
+                       save_dir)
+    if p is not None:
+        raise CkptsyncValueError(
+            f"Checkpoint path {p!r} resolves outside the checkpoint directory "
+            f"{save_dir!r}; readers refuse such entries. Save inside the directory."
+        )
+    model = state.model_checkpoint_path
+    plain = model and "/" not in model and "\0" not in model and model not in (".", "..")
+    if not (plain and model != os.path.basename(state_path)
+            and not os.path.islink(os.path.join(save_dir, model))
+            and not os.path.islink(state_path)) and (
+        os.path.realpath(os.path.join(save_dir, model)) == os.path.realpath(state_path)
     ):
         raise CkptsyncRuntimeError(
             f"Save path '{model_checkpoint_path}' conflicts with path used for checkpoint "
@@ -359,12 +380,13 @@ def get_checkpoint_state(
         return None
     if not state.model_checkpoint_path:
         raise CkptsyncValueError(f"Invalid checkpoint state loaded from {checkpoint_dir}")
-    for entry in [state.model_checkpoint_path, *state.all_model_checkpoint_paths]:
-        if not _is_inside(entry, checkpoint_dir):
-            raise CkptsyncValueError(
-                f"Checkpoint state {path} names {entry!r}, which resolves outside the "
-                f"checkpoint directory {checkpoint_dir!r}; refusing it."
-            )
+    entry = _first_outside([state.model_checkpoint_path, *state.all_model_checkpoint_paths],
+                           checkpoint_dir)
+    if entry is not None:
+        raise CkptsyncValueError(
+            f"Checkpoint state {path} names {entry!r}, which resolves outside the "
+            f"checkpoint directory {checkpoint_dir!r}; refusing it."
+        )
 
     def join(p: str) -> str:
         return p if os.path.isabs(p) else os.path.join(checkpoint_dir, p)

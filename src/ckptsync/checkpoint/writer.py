@@ -16,8 +16,9 @@ import h5py
 import numpy as np
 
 from ..errors import CkptsyncTypeError, CkptsyncValueError
-from . import _format
+from . import _format, _image
 from ._atomic import publish
+from ._h5layout import H5Writer, RootValues, write_layout
 
 __all__ = ["write_checkpoint"]
 
@@ -31,6 +32,10 @@ def _writer_name() -> str:
 
 WRITER = _writer_name()
 MAX_METADATA_BYTES = 60 * 1024
+_METADATA_PAD_BYTES = 64
+# Write known layouts from their metadata image (``_image``) instead of through HDF5.
+# The files are the same byte for byte; False forces HDF5 (tests compare the two).
+USE_METADATA_IMAGES = True
 
 
 def check_global_step(global_step: Any) -> int | None:
@@ -62,124 +67,6 @@ def metadata_json(metadata: Mapping[str, Any] | None) -> str:
             f"{MAX_METADATA_BYTES} fit in an HDF5 attribute. Store large data as arrays."
         )
     return text
-
-
-class _H5Writer:
-    """Writes the HDF5 metadata of one checkpoint through h5py's low-level API.
-
-    The file is the one ``h5py.File(path, "w-", libver=LIBVER, locking=False)`` plus
-    ``create_dataset`` / ``attrs.create`` produce, call for call (same property lists,
-    types, dataspaces, groups created in the same order), without the high-level
-    wrappers' per-call overhead: property lists and HDF5 types are made once per file,
-    and the groups that exist are tracked in a set instead of asked of HDF5.
-    """
-
-    def __init__(self, tmp: str):
-        h5p, h5t = h5py.h5p, h5py.h5t
-        fapl = h5p.create(h5p.FILE_ACCESS)
-        low, high = (_LIBVER_CONST[v] for v in _format.LIBVER)
-        fapl.set_libver_bounds(low, high)
-        fapl.set_alignment(1, 1)
-        fapl.set_file_locking(False, ignore_when_disabled=False)
-        # Closing the file closes every object still open in it (an exception path may
-        # leave some), so the raw writes below always follow HDF5's last write.
-        fapl.set_fclose_degree(h5py.h5f.CLOSE_STRONG)
-        fcpl = h5p.create(h5p.FILE_CREATE)
-        fcpl.set_obj_track_times(False)
-        self.fid = h5py.h5f.create(os.fsencode(tmp), h5py.h5f.ACC_EXCL, fapl=fapl, fcpl=fcpl)
-        # h5py's create_group: intermediate groups allowed, ASCII link names (keys are
-        # ASCII), no timestamps.
-        self.lcpl = h5p.create(h5p.LINK_CREATE)
-        self.lcpl.set_create_intermediate_group(True)
-        self.lcpl.set_char_encoding(h5t.CSET_ASCII)
-        self.gcpl = h5p.create(h5p.GROUP_CREATE)
-        self.gcpl.set_obj_track_times(False)
-        # create_dataset(data=...) (scalars, the index, and everything without raw writes).
-        self.dcpl_data = h5p.create(h5p.DATASET_CREATE)
-        self.dcpl_data.set_obj_track_times(False)
-        # Contiguous, space allocated at creation and never filled: HDF5 writes only the
-        # metadata, and _write_raw puts the bytes at the offsets it allocated.
-        self.dcpl_raw = h5p.create(h5p.DATASET_CREATE)
-        self.dcpl_raw.set_layout(h5py.h5d.CONTIGUOUS)
-        self.dcpl_raw.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
-        self.dcpl_raw.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
-        self.dcpl_raw.set_obj_track_times(False)
-        self.groups: set[bytes] = set()
-        self._types: dict[np.dtype, tuple[Any, Any]] = {}
-        self._str_types: dict[int, tuple[np.dtype, Any, Any]] = {}
-        self._scalar = h5py.h5s.create(h5py.h5s.SCALAR)
-
-    def close(self) -> None:
-        self.fid.close()
-
-    def _types_of(self, dtype: np.dtype) -> tuple[Any, Any]:
-        """(file type, memory type) as h5py makes them: ``py_create(dt, logical=True)``
-        for the file and ``py_create(dt)`` for the memory buffer."""
-        found = self._types.get(dtype)
-        if found is None:
-            h5t = h5py.h5t
-            found = self._types[dtype] = (h5t.py_create(dtype, logical=True), h5t.py_create(dtype))
-        return found
-
-    def attr(self, loc: Any, name: bytes, value: np.ndarray) -> None:
-        """A scalar numeric attribute, as ``attrs[name] = np.int64(...)`` makes it."""
-        ftype, mtype = self._types_of(value.dtype)
-        attr = h5py.h5a.create(loc, name, ftype, self._scalar)
-        try:
-            attr.write(value, mtype=mtype)
-        finally:
-            attr.close()
-
-    def str_attr(self, loc: Any, name: bytes, value: str) -> None:
-        # Fixed-length UTF-8, stored in the (checksummed) object header. Variable-length
-        # strings would live in the global heap, which has no checksum: a flipped byte
-        # there can make HDF5 spin forever.
-        data = value.encode("utf-8")
-        found = self._str_types.get(len(data))
-        if found is None:
-            dt = h5py.string_dtype("utf-8", len(data))
-            found = (dt, h5py.h5t.py_create(dt, logical=True), h5py.h5t.py_create(dt))
-            self._str_types[len(data)] = found
-        dt, ftype, mtype = found
-        attr = h5py.h5a.create(loc, name, ftype, self._scalar)
-        try:
-            attr.write(np.asarray(np.bytes_(data), dtype=dt), mtype=mtype)
-        finally:
-            attr.close()
-
-    def require_parent(self, path: bytes) -> None:
-        """Creates the parent group of ``path`` (and its ancestors) unless it exists."""
-        parent, sep, _ = path.rpartition(b"/")
-        if not sep or parent in self.groups:
-            return
-        h5py.h5g.create(self.fid, parent, lcpl=self.lcpl, gcpl=self.gcpl).close()
-        # Intermediate groups were created with it.
-        parts = parent.split(b"/")
-        self.groups.update(b"/".join(parts[:i]) for i in range(1, len(parts) + 1))
-
-    def dataset(self, path: bytes, arr: np.ndarray, raw: bool) -> Any:
-        """Creates the dataset at ``path``; writes ``arr`` through HDF5 unless ``raw``.
-        Returns the open dataset id (the caller closes it)."""
-        self.require_parent(path)
-        ftype, _ = self._types_of(arr.dtype)
-        space = self._scalar if arr.ndim == 0 else h5py.h5s.create_simple(arr.shape)
-        dcpl = self.dcpl_raw if raw else self.dcpl_data
-        dsid = h5py.h5d.create(self.fid, path, ftype, space, dcpl=dcpl)
-        if not raw:
-            try:
-                dsid.write(h5py.h5s.ALL, h5py.h5s.ALL, arr)
-            except BaseException:
-                dsid.close()
-                raise
-        return dsid
-
-
-_LIBVER_CONST = {
-    "earliest": h5py.h5f.LIBVER_EARLIEST,
-    "v108": h5py.h5f.LIBVER_V18,
-    "v110": h5py.h5f.LIBVER_V110,
-    "latest": h5py.h5f.LIBVER_LATEST,
-}
 
 
 def _raw_writes_are_safe() -> bool:
@@ -229,6 +116,7 @@ def write_checkpoint(
     arrays: Mapping[str, np.ndarray],
     global_step: int | None = None,
     metadata: Mapping[str, Any] | None = None,
+    sync_directory: bool = True,
 ) -> str:
     """Writes ``<prefix>.h5`` durably and atomically, as TF1's Saver writes its data files.
 
@@ -249,6 +137,10 @@ def write_checkpoint(
             complex64/128. Non-contiguous values are written as C-order copies.
         global_step: stored as the int64 root attribute ``global_step``; omitted if None.
         metadata: JSON-serializable mapping with str keys, stored as ``metadata_json``.
+        sync_directory: False skips the directory fsync after the rename, for a caller
+            that rewrites the state file in the same directory right after (its temp
+            file's fsync commits this rename on journaling file systems, and its
+            directory fsync makes both durable), as ``Saver`` does.
 
     Returns:
         ``prefix`` as a str (without ``.h5``), as TF's ``Saver.save`` returns the prefix.
@@ -280,39 +172,29 @@ def write_checkpoint(
     index = _format.encode_index(entries)
     paths = _format.hdf5_paths(list(prepared))
 
-    raw = _raw_writes_are_safe()
+    # Null-padded to a multiple of 64 bytes (an HDF5 fixed-length string's own padding;
+    # h5py reads it back without): saves whose metadata differs in length by a few
+    # characters share one layout, and so one metadata image.
+    meta += "\0" * (-len(meta.encode("utf-8")) % _METADATA_PAD_BYTES)
+    values = RootValues(
+        global_step=step, created_unix_s=time.time(), writer=WRITER, metadata_json=meta,
+        hashes=[e.xxh3_64 for e in entries], index=index,
+        index_hash=_format.hash_array(index))
+    names = [e.name for e in entries]
+    image = _image.image_for(values, names, prepared, paths) if USE_METADATA_IMAGES else None
 
     def write(tmp: str) -> None:
-        offsets: list[tuple[int, np.ndarray]] = []
-        w = _H5Writer(tmp)
+        if image is not None:
+            image.write(tmp, values, names, prepared)
+            return
+        raw = _raw_writes_are_safe()
+        w = H5Writer(tmp)
         try:
-            root = w.fid
-            w.attr(root, b"ckptsync_format_version", np.asarray(np.int64(_format.FORMAT_VERSION)))
-            if step is not None:
-                w.attr(root, b"global_step", np.asarray(np.int64(step)))
-            w.attr(root, b"created_unix_s", np.asarray(np.float64(time.time())))
-            w.str_attr(root, b"writer", WRITER)
-            w.str_attr(root, b"metadata_json", meta)
-            hash_attr = _format.HASH_ATTR.encode("ascii")
-            for entry in entries:
-                arr = prepared[entry.name]
-                direct = raw and arr.ndim > 0  # scalars are written by HDF5
-                dsid = w.dataset(paths[entry.name].encode("ascii"), arr, direct)
-                try:
-                    if direct and arr.nbytes:
-                        offsets.append((dsid.get_offset(), arr))
-                    w.str_attr(dsid, hash_attr, entry.xxh3_64)
-                finally:
-                    dsid.close()
-            dsid = w.dataset(_format.INDEX_DATASET.encode("ascii"), index, False)
-            try:
-                w.str_attr(dsid, hash_attr, _format.hash_array(index))
-            finally:
-                dsid.close()
+            offsets, _ = write_layout(w, values, names, prepared, paths, raw)
             h5py.h5f.flush(w.fid)
         finally:
             w.close()
         _write_raw(tmp, offsets)
 
-    publish(path, write, "write checkpoint")
+    publish(path, write, "write checkpoint", sync_directory=sync_directory)
     return prefix_str

@@ -41,6 +41,7 @@ import numpy as np
 from .. import checkpoint as ckpt
 from .. import errors
 from ..checkpoint._async_writer import AsyncCheckpointWriter, StateUpdate
+from ..checkpoint._format import first_nonfinite
 from ..errors import (
     CkptsyncRuntimeError,
     CkptsyncTypeError,
@@ -93,6 +94,11 @@ def _build_var_map(var_list: Any) -> dict[str, Any]:
     return out
 
 
+def _nonfinite_message(key: str, prefix: str) -> str:
+    return (f"Variable {key} holds NaN or Inf; refusing to save checkpoint {prefix} "
+            f"(Saver(require_finite=True)).")
+
+
 class Saver:
     """Saves and restores variables, as ``tf.train.Saver``.
 
@@ -109,6 +115,9 @@ class Saver:
         sharded, write_version, ...: accepted for compatibility; one file is written.
         async_save: write in a background process (ckptsync extension, see the module
             docstring). Such a Saver owns a process: ``close()`` it or use ``with``.
+        require_finite: refuse to save a NaN or Inf in a floating-point variable
+            (ckptsync extension): ``save`` raises ``InvalidArgumentError`` naming the
+            variable, as ``tf.debugging.check_numerics`` does, and writes nothing.
 
     Raises:
         ValueError: "No variables to save" (unless allow_empty); duplicate names.
@@ -128,7 +137,8 @@ class Saver:
                  saver_def: Any = None, builder: Any = None, defer_build: bool = False,
                  allow_empty: bool = False, write_version: Any = None,
                  pad_step_number: bool = False, save_relative_paths: bool = False,
-                 filename: str | None = None, async_save: bool = False):
+                 filename: str | None = None, async_save: bool = False,
+                 require_finite: bool = False):
         if defer_build and var_list is not None:
             raise CkptsyncValueError(
                 "If `var_list` is provided then build cannot be deferred. Either set defer_build "
@@ -144,6 +154,7 @@ class Saver:
         self._var_map: dict[str, Any] | None = None
         self._is_empty = False
         self._swept_dirs: set[str] = set()
+        self._require_finite = require_finite
         # async: the writer process, and the retention state to roll back to if the
         # save in flight fails (None when it did not record).
         self._writer: AsyncCheckpointWriter | None = None
@@ -258,7 +269,12 @@ class Saver:
         if self._writer is not None:
             self._save_async(prefix, save_dir, latest_filename, named, gs, metadata, write_state)
             return prefix
-        ckpt.write_checkpoint(prefix, named, global_step=gs, metadata=metadata)
+        if self._require_finite:
+            bad = first_nonfinite(named)
+            if bad is not None:
+                raise errors.InvalidArgumentError(None, None, _nonfinite_message(bad, prefix))
+        ckpt.write_checkpoint(prefix, named, global_step=gs, metadata=metadata,
+                              sync_directory=not write_state)
         if write_state:
             evicted, kept = self._record(prefix)
             ckpt.update_checkpoint_state(save_dir, prefix, all_model_checkpoint_paths=kept,
@@ -289,9 +305,12 @@ class Saver:
             state = StateUpdate(os.path.abspath(save_dir), os.path.abspath(prefix),
                                 [os.path.abspath(p) for p in kept], latest_filename)
         try:
-            self._writer.submit(os.path.abspath(prefix), named, global_step=gs,
-                                metadata=metadata, state=state,
-                                delete=[os.path.abspath(p) for p in evicted])
+            bad = self._writer.submit(os.path.abspath(prefix), named, global_step=gs,
+                                      metadata=metadata, state=state,
+                                      delete=[os.path.abspath(p) for p in evicted],
+                                      require_finite=self._require_finite)
+            if bad is not None:
+                raise errors.InvalidArgumentError(None, None, _nonfinite_message(bad, prefix))
         except BaseException:
             self._retention = before
             raise

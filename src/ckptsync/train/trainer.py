@@ -133,16 +133,29 @@ class TrainingSummary:
 
 
 class _FiniteSaver(Saver):
-    """A Saver that refuses to publish non-finite parameters (never a NaN checkpoint)."""
+    """A Saver that refuses to publish non-finite parameters (never a NaN checkpoint):
+    ``Saver(require_finite=True)``, its refusal raised as NanLossDuringTrainingError.
+
+    With ``async_save``, the first save (at session creation) is waited for: training
+    starts only once one checkpoint is durable and the writer process is up, so an
+    unwritable directory stops the trainer before its first step.
+    """
+
+    _saved_once = False
+
+    def __init__(self, **kw: Any):
+        super().__init__(require_finite=True, **kw)
 
     def save(self, sess: Any, save_path: str, global_step: Any = None,  # type: ignore[override]
              **kw: Any) -> str | None:
-        names = [v.op.name for v in self._map().values()]
-        for name, arr in sess._read_variables(names).items():
-            if arr.dtype.kind in "fc" and not np.all(np.isfinite(arr)):
-                raise NanLossDuringTrainingError(
-                    f"Variable {name} holds NaN or Inf; refusing to save a checkpoint.")
-        return super().save(sess, save_path, global_step, **kw)
+        try:
+            prefix = super().save(sess, save_path, global_step, **kw)
+        except InvalidArgumentError as e:
+            raise NanLossDuringTrainingError(e.message) from e
+        if not self._saved_once:
+            self._saved_once = True
+            self.wait_until_finished()
+        return prefix
 
 
 class _LoopHook(SessionRunHook):

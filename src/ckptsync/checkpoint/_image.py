@@ -1,0 +1,406 @@
+"""Metadata images: writing a checkpoint of a known layout without HDF5 on the hot path.
+
+A data file's HDF5 metadata depends only on its *layout* (keys, dtypes, shapes, whether
+there is a global step, the lengths of the ``writer`` and ``metadata_json`` strings) and
+on a few fixed-size values that change from save to save: the root attributes
+``global_step``, ``created_unix_s`` and ``metadata_json``, and every dataset's
+``xxh3_64`` attribute. A trainer saves the same layout again and again, and building
+the metadata through HDF5 costs ~80 µs per variable, which for a small model is most of
+a save.
+
+So the first save of a layout builds the file twice in memory with HDF5 itself (core
+driver, :func:`._h5layout.write_layout`, exactly what the plain writer does), with two
+different sets of random sentinel values, and learns from them:
+
+- where each value lies (its sentinel occurs exactly once in the image),
+- which object-header chunk holds it (HDF5 1.8 object headers, ``OHDR``/``OCHK``, end in
+  a checksum; a chunk is recognised only if its checksum verifies),
+- where each dataset's data lies (``H5Dget_offset``).
+
+It then *checks* itself: patching the first image with the second set of values
+(recomputing the checksums with HDF5's own ``H5_checksum_metadata``) must give the
+second image byte for byte. Only then is the image used; from then on a save of that
+layout copies the metadata pieces, puts the values in, recomputes the touched chunks'
+checksums and writes the file with ``writev``: metadata pieces and the arrays' own
+memory in file order, no copy of the data. The file is the one HDF5 would have written.
+
+Anything unexpected (a layout over :data:`MAX_DATA_BYTES`, a sentinel not found once, a
+value outside a verified chunk, a failed self-check, no ``H5_checksum_metadata`` in the
+loaded HDF5 library) leaves that layout to the plain writer; it is never an error.
+
+Thread-safety: :func:`image_for` is safe to call from several threads; images are
+immutable once built.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import logging
+import os
+import secrets
+import struct
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _format
+from ._h5layout import H5Writer, RootValues, write_layout
+
+__all__ = ["MAX_DATA_BYTES", "MetadataImage", "image_for", "layout_key"]
+
+logger = logging.getLogger(__name__)
+
+# Layouts with more data than this are written by HDF5 every time: building an image
+# holds two in-memory copies of the file once, and at this size the metadata's few
+# milliseconds are small next to writing the data.
+MAX_DATA_BYTES = 8 << 20
+_CACHE_SIZE = 16
+_IOV_MAX = 512  # below every platform's IOV_MAX (1024 on Linux)
+
+LayoutKey = tuple[object, ...]
+
+
+def layout_key(
+    names: Sequence[str],
+    arrays: Mapping[str, np.ndarray],
+    has_step: bool,
+    writer: str,
+    metadata_json: str,
+) -> LayoutKey:
+    """What determines a data file's metadata apart from the per-save values."""
+    return (
+        tuple((n, arrays[n].dtype.str, arrays[n].shape) for n in names),
+        has_step,
+        writer,
+        len(metadata_json.encode("utf-8")),
+    )
+
+
+# ------------------------------------------------------------------ HDF5's checksum
+def _load_checksum() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+    """HDF5's ``H5_checksum_metadata`` from the library h5py loaded, or None."""
+    try:
+        import h5py.h5
+
+        fn = ctypes.CDLL(h5py.h5.__file__).H5_checksum_metadata
+    except (OSError, AttributeError, ImportError):
+        return None
+    fn.restype = ctypes.c_uint32
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint32]
+    return fn
+
+
+_checksum_fn = _load_checksum()
+
+
+def _checksum(buf: bytearray, start: int, end: int) -> int:
+    assert _checksum_fn is not None
+    n = end - start
+    return int(_checksum_fn((ctypes.c_char * n).from_buffer(buf, start), n, 0))
+
+
+# ------------------------------------------------------------------ object headers
+@dataclass(frozen=True)
+class _Chunk:
+    """An object-header chunk: checksum over ``[start, end)``, stored at ``end``."""
+
+    start: int
+    end: int
+
+
+def _chunks(image: bytearray) -> list[_Chunk]:
+    """Every HDF5 1.8 object-header chunk (``OHDR`` and its ``OCHK`` continuations)
+    whose checksum verifies."""
+    if image[9:10] != b"\x08" or image[10:11] != b"\x08":
+        return []  # offsets and lengths other than 8 bytes: not what we write
+    found: list[_Chunk] = []
+    pos = image.find(b"OHDR")
+    while pos >= 0:
+        if image[pos + 4 : pos + 5] == b"\x02":
+            flags = image[pos + 5]
+            head = 6 + (16 if flags & 0x20 else 0) + (4 if flags & 0x10 else 0)
+            width = 1 << (flags & 0x03)
+            start = pos + head + width
+            end = start + int.from_bytes(image[pos + head : start], "little")
+            if _verifies(image, pos, end):
+                found.append(_Chunk(pos, end))
+                found.extend(_continuations(image, start, end, 6 if flags & 0x04 else 4))
+        pos = image.find(b"OHDR", pos + 1)
+    return found
+
+
+def _continuations(image: bytearray, start: int, end: int, msg_head: int) -> list[_Chunk]:
+    """The ``OCHK`` chunks named by continuation messages (type 0x10) among the
+    messages in ``[start, end)``, and theirs."""
+    out: list[_Chunk] = []
+    at = start
+    while at + msg_head <= end:
+        mtype, msize = image[at], int.from_bytes(image[at + 1 : at + 3], "little")
+        body = at + msg_head
+        if mtype == 0x10 and msize >= 16:
+            addr, length = struct.unpack_from("<QQ", image, body)
+            cend = addr + length - 4
+            if image[addr : addr + 4] == b"OCHK" and _verifies(image, addr, cend):
+                out.append(_Chunk(addr, cend))
+                out.extend(_continuations(image, addr + 4, cend, msg_head))
+        at = body + msize
+    return out
+
+
+def _verifies(image: bytearray, start: int, end: int) -> bool:
+    return 0 <= start < end <= len(image) - 4 and _checksum(image, start, end) == _u32(image, end)
+
+
+def _u32(buf: bytearray, at: int) -> int:
+    return int(struct.unpack_from("<I", buf, at)[0])
+
+
+# ------------------------------------------------------------------ the image
+@dataclass(frozen=True)
+class _Piece:
+    """A metadata piece of the file: ``data`` belongs at file offset ``offset``."""
+
+    offset: int
+    data: bytes
+
+
+@dataclass(frozen=True, repr=False)
+class MetadataImage:
+    """Everything of one layout's data file except the per-save values and the arrays.
+
+    Attributes:
+        size_bytes: the file's length.
+        pieces: the metadata between the data regions, in file order.
+        regions: ``(file offset, key)`` of each dataset's data (the index under
+            ``_format.INDEX_DATASET``), in file order; pieces and regions tile the file.
+        fields: value name → ``(piece index, offset in piece, length)``.
+        chunks: ``(piece index, start, end)`` of every object-header chunk a field lies
+            in (checksum over ``[start, end)``, stored at ``end``).
+    """
+
+    size_bytes: int
+    pieces: tuple[_Piece, ...]
+    regions: tuple[tuple[int, str], ...]
+    fields: Mapping[str, tuple[int, int, int]]
+    chunks: tuple[tuple[int, int, int], ...]
+
+    def __repr__(self) -> str:
+        return (f"MetadataImage(size_bytes={self.size_bytes}, pieces={len(self.pieces)}, "
+                f"regions={len(self.regions)}, fields={len(self.fields)})")
+
+    def buffers(self, values: RootValues, names: Sequence[str],
+                arrays: Mapping[str, np.ndarray]) -> list[bytes | bytearray | memoryview]:
+        """The file's bytes in order: patched metadata pieces and the arrays' memory."""
+        patched: dict[int, bytearray] = {}
+        for field, raw in _field_bytes(values, names).items():
+            index, at, length = self.fields[field]
+            if len(raw) != length:
+                raise ValueError(f"{field} is {len(raw)} bytes; the image holds {length}")
+            buf = patched.get(index)
+            if buf is None:
+                buf = patched[index] = bytearray(self.pieces[index].data)
+            buf[at : at + length] = raw
+        for index, start, end in self.chunks:
+            buf = patched[index]
+            struct.pack_into("<I", buf, end, _checksum(buf, start, end))
+        data: dict[str, memoryview] = {
+            n: _format.le_bytes(arrays[n]) for n in names if arrays[n].nbytes
+        }
+        data[_format.INDEX_DATASET] = _format.le_bytes(values.index)
+        out: list[bytes | bytearray | memoryview] = []
+        regions = iter(self.regions)
+        region = next(regions, None)
+        for index, piece in enumerate(self.pieces):
+            while region is not None and region[0] < piece.offset:
+                out.append(data[region[1]])
+                region = next(regions, None)
+            out.append(patched.get(index, piece.data))
+        while region is not None:
+            out.append(data[region[1]])
+            region = next(regions, None)
+        return out
+
+    def write(self, path: str, values: RootValues, names: Sequence[str],
+              arrays: Mapping[str, np.ndarray]) -> None:
+        """Creates ``path`` exclusively and writes the file. Raises OSError."""
+        bufs = self.buffers(values, names, arrays)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0),
+                     0o666)
+        try:
+            _write_all(fd, bufs)
+        finally:
+            os.close(fd)
+
+
+def _write_all(fd: int, bufs: list[bytes | bytearray | memoryview]) -> None:
+    """``writev`` of ``bufs`` in batches, finishing any short write."""
+    for i in range(0, len(bufs), _IOV_MAX):
+        batch = bufs[i : i + _IOV_MAX]
+        want = sum(len(b) for b in batch)
+        done = os.writev(fd, batch)
+        if done == want:
+            continue
+        rest = memoryview(b"".join(bytes(b) for b in batch))[done:]
+        while rest:
+            rest = rest[os.write(fd, rest) :]
+
+
+def _field_bytes(values: RootValues, names: Sequence[str]) -> dict[str, bytes]:
+    out = {
+        "created_unix_s": struct.pack("<d", values.created_unix_s),
+        "metadata_json": values.metadata_json.encode("utf-8"),
+        "index_hash": values.index_hash.encode("ascii"),
+    }
+    if values.global_step is not None:
+        out["global_step"] = struct.pack("<q", values.global_step)
+    for name, digest in zip(names, values.hashes):
+        out["hash:" + name] = digest.encode("ascii")
+    return out
+
+
+# ------------------------------------------------------------------ building
+def _sentinels(template: RootValues, names: Sequence[str]) -> RootValues:
+    """Random values of the same sizes as ``template``'s."""
+
+    def hex16() -> str:
+        return secrets.token_hex(8)
+
+    while True:
+        created = struct.unpack("<d", secrets.token_bytes(8))[0]
+        if np.isfinite(created):
+            break
+    meta_len = len(template.metadata_json.encode("utf-8"))
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+    return RootValues(
+        global_step=None if template.global_step is None
+        else struct.unpack("<q", secrets.token_bytes(8))[0],
+        created_unix_s=created,
+        writer=template.writer,
+        metadata_json="".join(secrets.choice(alphabet) for _ in range(meta_len)),
+        hashes=[hex16() for _ in names],
+        index=template.index,
+        index_hash=hex16(),
+    )
+
+
+def _build_image(values: RootValues, names: Sequence[str], arrays: Mapping[str, np.ndarray],
+                 paths: Mapping[str, str]) -> tuple[bytearray, dict[str, int | None]]:
+    stand_ins = {n: _stand_in(arrays[n]) for n in names}
+    w = H5Writer(f"ckptsync-image-{secrets.token_hex(8)}", in_memory=True)
+    try:
+        _, where = write_layout(w, values, names, stand_ins, paths, raw=True)
+        return bytearray(w.image()), where
+    finally:
+        w.close()
+
+
+def _stand_in(arr: np.ndarray) -> np.ndarray:
+    """Zeros of ``arr``'s dtype and shape; non-scalars without memory (HDF5 only reads
+    their dtype and shape)."""
+    zero = np.zeros((), arr.dtype)
+    return zero if arr.ndim == 0 else np.broadcast_to(zero, arr.shape)
+
+
+def _locate(image: bytearray, raw: bytes) -> int | None:
+    at = image.find(raw)
+    if at < 0 or image.find(raw, at + 1) >= 0:
+        return None
+    return at
+
+
+def build(values: RootValues, names: Sequence[str], arrays: Mapping[str, np.ndarray],
+          paths: Mapping[str, str]) -> MetadataImage | None:
+    """Builds and self-checks the image of this layout; None where it cannot be used."""
+    if _checksum_fn is None:
+        return None
+    a_values, b_values = _sentinels(values, names), _sentinels(values, names)
+    a, where = _build_image(a_values, names, arrays, paths)
+    b, where_b = _build_image(b_values, names, arrays, paths)
+    if len(a) != len(b) or where != where_b:
+        return None
+    # Data regions, in file order.
+    regions = sorted((off, key) for key, off in where.items() if off is not None)
+    sizes = {n: arrays[n].nbytes for n in names}
+    sizes[_format.INDEX_DATASET] = values.index.nbytes
+    # Metadata pieces: the gaps between data regions.
+    pieces: list[_Piece] = []
+    at = 0
+    for off, key in regions:
+        if off < at:
+            return None  # overlapping regions: not a layout we understand
+        if off > at:
+            pieces.append(_Piece(at, bytes(a[at:off])))
+        at = off + sizes[key]
+    if at > len(a):
+        return None
+    if at < len(a):
+        pieces.append(_Piece(at, bytes(a[at:])))
+    chunks = _chunks(a)
+
+    def piece_of(start: int, end: int) -> tuple[int, int] | None:
+        for i, p in enumerate(pieces):
+            if p.offset <= start and end <= p.offset + len(p.data):
+                return i, start - p.offset
+        return None
+
+    fields: dict[str, tuple[int, int, int]] = {}
+    field_chunks: set[tuple[int, int, int]] = set()
+    for field, raw in _field_bytes(a_values, names).items():
+        found = _locate(a, raw)
+        if found is None:
+            return None
+        chunk = next((c for c in chunks if c.start <= found and found + len(raw) <= c.end), None)
+        if chunk is None:
+            return None
+        located = piece_of(chunk.start, chunk.end + 4)
+        if located is None:
+            return None
+        index, _ = located
+        piece_start = pieces[index].offset
+        fields[field] = (index, found - piece_start, len(raw))
+        field_chunks.add((index, chunk.start - piece_start, chunk.end - piece_start))
+    image = MetadataImage(len(a), tuple(pieces), tuple(regions), fields,
+                          tuple(sorted(field_chunks)))
+    # Self-check: image A with B's values must be HDF5's image B, byte for byte (data
+    # regions aside: those are the arrays').
+    zeros = {n: np.zeros(arrays[n].shape, arrays[n].dtype) for n in names}
+    mine = b"".join(bytes(x) for x in image.buffers(b_values, names, zeros))
+    theirs = bytearray(b)
+    for off, key in regions:
+        if key != _format.INDEX_DATASET:
+            theirs[off : off + sizes[key]] = bytes(sizes[key])
+    if mine != bytes(theirs):
+        logger.debug("Metadata image self-check failed; this layout is written by HDF5.")
+        return None
+    return image
+
+
+_cache: collections.OrderedDict[LayoutKey, MetadataImage | None] = collections.OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def image_for(values: RootValues, names: Sequence[str], arrays: Mapping[str, np.ndarray],
+              paths: Mapping[str, str]) -> MetadataImage | None:
+    """The (cached) image of this save's layout, building it on first use; None where
+    the layout is written by HDF5 (too large, or an image could not be verified)."""
+    if sum(arrays[n].nbytes for n in names) > MAX_DATA_BYTES:
+        return None
+    key = layout_key(names, arrays, values.global_step is not None, values.writer,
+                     values.metadata_json)
+    with _cache_lock:
+        if key in _cache:
+            _cache.move_to_end(key)
+            return _cache[key]
+    try:
+        image = build(values, names, arrays, paths)
+    except Exception as e:  # HDF5 refused something: the plain writer will say what
+        logger.debug("No metadata image for this layout: %s", e)
+        image = None
+    with _cache_lock:
+        _cache[key] = image
+        while len(_cache) > _CACHE_SIZE:
+            _cache.popitem(last=False)
+    return image
