@@ -15,8 +15,9 @@ What runs (digits MLP 64->128->128->10, ``examples/digits_mlp.py``, batch 1):
   answer. Retention keeps the last 5 checkpoints, as a Saver does.
 - Throughput: ckptsync, bare, and ckptsync while a checkpoint lands every 100 ms,
   alternating, ``--repeats`` rounds of ``--duration-s`` each.
-- Memory: the server's RSS (``/proc``) after warm-up (base), its peak (VmHWM, reset at base
-  through ``/proc/PID/clear_refs``) and its RSS after ``--swaps`` swaps under load.
+- Memory: the server's RSS (``/proc``; with its checkpoint reader process, summed) after
+  warm-up (base), its peak (VmHWM, reset at base through ``/proc/PID/clear_refs``; the
+  sum of each process's peak) and its RSS after ``--swaps`` swaps under load.
 
     python benchmarks/bench_serving.py [--duration-s 2] [--repeats 5] [--publishes 200]
         [--swaps 1000]
@@ -301,10 +302,30 @@ def rss_kib(pid: int, field: str = "VmRSS") -> int:
     raise RuntimeError(f"no {field} for pid {pid}")
 
 
+def tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (the server's checkpoint reader process)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                todo.extend(int(c) for c in f.read().split())
+        except OSError:
+            pass
+    return out
+
+
+def tree_rss_kib(pid: int, field: str = "VmRSS") -> int:
+    """``field`` summed over the server and its child processes."""
+    return sum(rss_kib(p, field) for p in tree(pid))
+
+
 def reset_peak(pid: int) -> bool:
     try:
-        with open(f"/proc/{pid}/clear_refs", "w") as f:
-            f.write("5")
+        for p in tree(pid):
+            with open(f"/proc/{p}/clear_refs", "w") as f:
+                f.write("5")
         return True
     except OSError:
         return False
@@ -403,7 +424,7 @@ def main() -> None:
         wait_version(probe, pub.step)
         for _ in range(50):
             probe.predict()
-        base = rss_kib(ck.pid)
+        base = tree_rss_kib(ck.pid)
         peak_ok = reset_peak(ck.pid)
         load = subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), "_load", str(ck_port), "4", "0",
@@ -423,8 +444,8 @@ def main() -> None:
         stop(load)
         for _ in range(50):
             probe.predict()
-        end = rss_kib(ck.pid)
-        peak = rss_kib(ck.pid, "VmHWM") if peak_ok else max(base, end)
+        end = tree_rss_kib(ck.pid)
+        peak = tree_rss_kib(ck.pid, "VmHWM") if peak_ok else max(base, end)
         probe.close()
         params_kib = sum(a.nbytes for a in make_params(0).values()) / 1024
     finally:

@@ -30,16 +30,13 @@ Thread-safety: not thread-safe; one owner (thread) calls submit/wait/close.
 
 from __future__ import annotations
 
-import json
 import logging
 import mmap
 import os
 import signal
 import socket
-import struct
 import subprocess
 import sys
-import tempfile
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -49,8 +46,9 @@ from typing import Any
 import numpy as np
 
 from .. import errors
-from ..errors import CkptsyncError, CkptsyncRuntimeError, OpError, UnknownError
+from ..errors import CkptsyncRuntimeError, UnknownError
 from . import _format
+from ._ipc import error_from_reply, error_reply, new_shared_fd, recv_frame, send_frame
 
 __all__ = ["AsyncCheckpointWriter", "StateUpdate", "worker_main"]
 
@@ -66,7 +64,6 @@ WORKER_COMMAND: list[str] = [
 _ALIGN_BYTES = 64
 _GROW_BYTES = 1 << 20
 _CLOSE_TIMEOUT_S = 60.0
-_HEADER = struct.Struct(">I")
 
 
 @dataclass(frozen=True)
@@ -86,63 +83,12 @@ class StateUpdate:
     latest_filename: str = "checkpoint"
 
 
-# -- framing ------------------------------------------------------------------------
-def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
-    chunks = []
-    while n:
-        chunk = sock.recv(min(n, 1 << 20))
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        n -= len(chunk)
-    return b"".join(chunks)
-
-
-def _send_frame(sock: socket.socket, tag: bytes, doc: Any) -> None:
-    data = json.dumps(doc, allow_nan=False).encode("utf-8")
-    sock.sendall(tag + _HEADER.pack(len(data)) + data)
-
-
-def _recv_frame(sock: socket.socket) -> Any | None:
-    header = _recv_exact(sock, _HEADER.size)
-    if header is None:
-        return None
-    body = _recv_exact(sock, _HEADER.unpack(header)[0])
-    return None if body is None else json.loads(body.decode("utf-8"))
-
-
-def _error_from_reply(reply: Mapping[str, Any]) -> CkptsyncError:
-    name, message = str(reply.get("type")), str(reply.get("message"))
-    cls = getattr(errors, name, None)
-    if isinstance(cls, type) and issubclass(cls, OpError):
-        return cls(None, None, message)
-    if isinstance(cls, type) and issubclass(cls, CkptsyncError):
-        return cls(message)
-    return UnknownError(None, None, f"{name}: {message}")
-
-
-def _new_shared_fd(size_bytes: int) -> int:
-    memfd_create = getattr(os, "memfd_create", None)
-    if memfd_create is not None:
-        fd = int(memfd_create("ckptsync-async-save", getattr(os, "MFD_CLOEXEC", 1)))
-    else:  # no memfd: an unlinked temp file, preferably in RAM
-        shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
-        fd, path = tempfile.mkstemp(prefix="ckptsync-async-save-", dir=shm)
-        os.unlink(path)
-    try:
-        os.ftruncate(fd, size_bytes)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
 class _Buffer:
     """One shared-memory buffer mapped read-write in the owner."""
 
     def __init__(self, size_bytes: int):
         self.size_bytes = size_bytes
-        self.fd = _new_shared_fd(size_bytes)
+        self.fd = new_shared_fd(size_bytes, "ckptsync-async-save")
         self.mm = mmap.mmap(self.fd, size_bytes)
 
     def close(self) -> None:
@@ -395,7 +341,7 @@ class AsyncCheckpointWriter:
             self._buffer_sent = True
         if not self._layout_sent:  # the worker keeps the last layout it was sent
             job = {**job, "variables": self._layout.entries}
-        _send_frame(self._sock, b"J", job)
+        send_frame(self._sock, b"J", job)
         self._layout_sent = True
 
     def _copy_in(self, arrays: Mapping[str, np.ndarray]) -> None:
@@ -434,7 +380,7 @@ class AsyncCheckpointWriter:
         assert self._sock is not None and self._proc is not None
         self._sock.settimeout(timeout_s)
         try:
-            reply = _recv_frame(self._sock)
+            reply = recv_frame(self._sock)
         except TimeoutError as e:
             raise errors.DeadlineExceededError(
                 None, None, f"Checkpoint {prefix} was not written within {timeout_s} s."
@@ -455,7 +401,7 @@ class AsyncCheckpointWriter:
                 f"that checkpoint was not saved (the state file does not name it).",
             )
         if not reply.get("ok"):
-            raise _error_from_reply(reply)
+            raise error_from_reply(reply)
 
     def close(self) -> None:
         """Waits for the job in flight, ends the worker and frees the shared memory.
@@ -517,7 +463,7 @@ def _run_job(job: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> dict[s
                 latest_filename=state["latest_filename"],
             )
     except Exception as e:
-        return {"ok": False, "type": type(e).__name__, "message": getattr(e, "message", str(e))}
+        return error_reply(e)
     for old in job["delete"]:
         try:
             remove_checkpoint(old)
@@ -552,7 +498,7 @@ def worker_main() -> None:
             mm = mmap.mmap(fds[0], size, prot=mmap.PROT_READ)
             os.close(fds[0])
             continue
-        job = _recv_frame(sock)
+        job = recv_frame(sock)
         if job is None:
             break
         variables = job.get("variables") or variables
@@ -561,7 +507,7 @@ def worker_main() -> None:
             views = (variables, mm, _views(variables, mm))
         reply = _run_job(job, views[2])
         try:
-            _send_frame(sock, b"", reply)
+            send_frame(sock, b"", reply)
         except OSError:
             break
     sock.close()

@@ -156,14 +156,16 @@ class _ReadIO:
         direct = self._fd is not None or not entry.nbytes
         return _Plan(name, entry, offset, None if direct else ds)
 
-    def _read_planned(self, plans: list[_Plan], verify: bool) -> list[np.ndarray]:
+    def _read_planned(self, plans: list[_Plan], verify: bool,
+                      outs: list[np.ndarray] | None = None) -> list[np.ndarray]:
         """Reads and (with ``verify``) checks planned datasets, in order.
 
         When the data of all of them lies in a small region of the file, the region is
         read with one ``preadv`` and each variable copied and hashed from memory; larger
         data is read per variable, in cache-sized chunks hashed as they arrive.
         """
-        outs = [np.empty(p.entry.shape, dtype=p.entry.dtype) for p in plans]
+        if outs is None:
+            outs = [np.empty(p.entry.shape, dtype=p.entry.dtype) for p in plans]
         region: tuple[int, memoryview] | None = None
         spans = [(p.offset, p.entry.nbytes) for p in plans if p.offset is not None and p.ds is None]
         if len(spans) > 1:
@@ -256,9 +258,11 @@ class _ReadIO:
             pos += got
         return hasher.hexdigest() if hasher is not None else ""
 
-    def _read_tensors(self, names: list[str], verify: bool) -> list[np.ndarray]:
+    def _read_tensors(self, names: list[str], verify: bool,
+                      outs: list[np.ndarray] | None = None) -> list[np.ndarray]:
         """Reads listed variables in order; the first damaged one raises (as reading
-        them one by one with get_tensor would)."""
+        them one by one with get_tensor would). ``outs``: C-contiguous arrays of the
+        index's shapes and dtypes to read into, instead of new ones."""
         if self._file is None:
             raise CkptsyncRuntimeError(f"Checkpoint reader for {self._path} is closed.")
         plans: list[_Plan] = []
@@ -284,11 +288,13 @@ class _ReadIO:
                     failure = self._loss(f"HDF5 read failed ({type(e).__name__}: {e})", name)
                     failure.__cause__ = e
                     break
-            outs = self._read_planned(plans, verify)
+            if failure is None:
+                outs = self._read_planned(plans, verify, outs)
         finally:
             for plan in plans:
                 if plan.ds is not None:
                     plan.ds.close()
         if failure is not None:
             raise failure
+        assert outs is not None
         return outs

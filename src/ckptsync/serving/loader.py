@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import time
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,6 +66,7 @@ def load_snapshot(
     servable: Servable,
     allow_nonfinite: bool = False,
     version: int | None = None,
+    read: Callable[[str, list[str]], Mapping[str, np.ndarray]] | None = None,
 ) -> Snapshot:
     """Reads and verifies the servable's variables from checkpoint ``prefix``.
 
@@ -74,6 +75,8 @@ def load_snapshot(
         servable: says which variables, with which shapes and dtypes, must be there.
         allow_nonfinite: accept NaN/Inf values (refused by default).
         version: the version to record; default: the prefix's ``-<step>`` suffix, else 0.
+        read: ``read(prefix, names) -> arrays`` verifying checksums, e.g. a
+            ``CheckpointReadProcess``'s; default ``read_checkpoint(..., verify=True)``.
 
     Returns:
         A :class:`Snapshot` of read-only arrays.
@@ -87,8 +90,12 @@ def load_snapshot(
     path = prefix + ".h5"
     specs = servable.variable_specs
     start = time.perf_counter()
+    arrays: Mapping[str, np.ndarray]
     try:
-        arrays = ckpt.read_checkpoint(prefix, names=list(specs), verify=True)
+        if read is None:
+            arrays = ckpt.read_checkpoint(prefix, names=list(specs), verify=True)
+        else:
+            arrays = read(prefix, list(specs))
     except OpError as e:
         if path in e.message:
             raise

@@ -46,6 +46,7 @@ import threading
 import time
 import weakref
 
+from ..checkpoint._read_process import CheckpointReadProcess
 from ..errors import (
     FAILED_PRECONDITION,
     UNKNOWN,
@@ -88,6 +89,11 @@ class ModelManager(_VersionBook):
         load_timeout_s: a load running longer is reported stuck (None: never).
         free_before_load: drop the served snapshot before loading the next one.
         unload_wait_s: longest wait for an old snapshot's requests before loading anyway.
+        read_in_subprocess: read and verify checkpoints in a worker process
+            (:class:`~ckptsync.checkpoint._read_process.CheckpointReadProcess`) and map
+            the result as shared memory, so that loading never holds this process's
+            interpreter lock and a file that crashes HDF5 kills only the worker. False
+            reads on the load thread.
     """
 
     def __init__(
@@ -107,6 +113,7 @@ class ModelManager(_VersionBook):
         load_timeout_s: float | None = 300.0,
         free_before_load: bool = False,
         unload_wait_s: float = 30.0,
+        read_in_subprocess: bool = True,
     ):
         if not 0 < retry_initial_s <= retry_max_s:
             raise ValueError(
@@ -142,6 +149,8 @@ class ModelManager(_VersionBook):
         self._freed = threading.Event()
         self._stop = False
         self._thread: threading.Thread | None = None
+        self._read_in_subprocess = read_in_subprocess
+        self._reader: CheckpointReadProcess | None = None
         self._source = CheckpointSource(
             self.source_dir, self._on_aspired, poll=poll, rescan_interval_s=rescan_interval_s
         )
@@ -153,6 +162,12 @@ class ModelManager(_VersionBook):
             raise RuntimeError("ModelManager was closed; create a new one")
         if self._thread is not None:
             return self
+        if self._read_in_subprocess:
+            try:
+                self._reader = CheckpointReadProcess()
+            except OSError as e:  # no processes here: read on the load thread
+                logger.warning("cannot start the checkpoint reader process (%s); reading "
+                               "checkpoints in this process", e)
         self._thread = threading.Thread(
             target=self._load_loop, name="ckptsync-manager-loader", daemon=True
         )
@@ -173,6 +188,8 @@ class ModelManager(_VersionBook):
             self._thread.join(timeout=self._close_timeout_s)
             if self._thread.is_alive():
                 logger.warning("the loader thread is still busy (a stuck load); not waiting")
+        if self._reader is not None:
+            self._reader.close()
 
     def __enter__(self) -> ModelManager:
         return self.start()
@@ -385,7 +402,8 @@ class ModelManager(_VersionBook):
         logger.info("loading version %d from %s", target.version, target.prefix)
         try:
             snap = load_snapshot(
-                target.prefix, self.servable, self._allow_nonfinite, version=target.version
+                target.prefix, self.servable, self._allow_nonfinite, version=target.version,
+                read=None if self._reader is None else self._reader.read,
             )
         except Exception as e:
             code = e.error_code if isinstance(e, OpError) else UNKNOWN

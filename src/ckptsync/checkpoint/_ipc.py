@@ -1,0 +1,85 @@
+"""What the checkpoint worker processes share: JSON frames over a Unix socket, errors
+sent back by name, and anonymous shared memory.
+
+A frame is a one-byte tag (may be empty), a 4-byte big-endian length and a UTF-8 JSON
+document. A shared-memory buffer is a ``memfd`` (an unlinked temp file where memfd is
+missing), passed between processes as a file descriptor (``SCM_RIGHTS``); it vanishes
+with the last process that holds or maps it, so a SIGKILL leaks nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+import tempfile
+from collections.abc import Mapping
+from typing import Any
+
+from .. import errors
+from ..errors import CkptsyncError, OpError, UnknownError
+
+__all__ = ["error_from_reply", "error_reply", "new_shared_fd", "recv_frame", "send_frame"]
+
+_HEADER = struct.Struct(">I")
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
+    chunks = []
+    while n:
+        chunk = sock.recv(min(n, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def send_frame(sock: socket.socket, tag: bytes, doc: Any) -> None:
+    """Sends ``tag`` and ``doc`` as one frame. Raises OSError."""
+    data = json.dumps(doc, allow_nan=False).encode("utf-8")
+    sock.sendall(tag + _HEADER.pack(len(data)) + data)
+
+
+def recv_frame(sock: socket.socket) -> Any | None:
+    """Receives one frame's document (its tag already read); None at end of stream."""
+    header = _recv_exact(sock, _HEADER.size)
+    if header is None:
+        return None
+    body = _recv_exact(sock, _HEADER.unpack(header)[0])
+    return None if body is None else json.loads(body.decode("utf-8"))
+
+
+def error_reply(e: BaseException) -> dict[str, Any]:
+    """A failed job's reply: the error's class name and message."""
+    return {"ok": False, "type": type(e).__name__, "message": getattr(e, "message", str(e))}
+
+
+def error_from_reply(reply: Mapping[str, Any]) -> CkptsyncError:
+    """The error an :func:`error_reply` describes (ckptsync's class of that name, else
+    UnknownError)."""
+    name, message = str(reply.get("type")), str(reply.get("message"))
+    cls = getattr(errors, name, None)
+    if isinstance(cls, type) and issubclass(cls, OpError):
+        return cls(None, None, message)
+    if isinstance(cls, type) and issubclass(cls, CkptsyncError):
+        return cls(message)
+    return UnknownError(None, None, f"{name}: {message}")
+
+
+def new_shared_fd(size_bytes: int, name: str = "ckptsync") -> int:
+    """A new anonymous shared-memory file of ``size_bytes`` (zeros). Raises OSError."""
+    memfd_create = getattr(os, "memfd_create", None)
+    if memfd_create is not None:
+        fd = int(memfd_create(name, getattr(os, "MFD_CLOEXEC", 1)))
+    else:  # no memfd: an unlinked temp file, preferably in RAM
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        fd, path = tempfile.mkstemp(prefix=name + "-", dir=shm)
+        os.unlink(path)
+    try:
+        os.ftruncate(fd, size_bytes)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd

@@ -1,0 +1,102 @@
+"""CheckpointReadProcess: checkpoints read and verified in a worker process, handed over
+as read-only shared memory."""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+import pytest
+
+from ckptsync.checkpoint import _read_process, read_checkpoint, write_checkpoint
+from ckptsync.checkpoint._read_process import CheckpointReadProcess
+from ckptsync.errors import CkptsyncRuntimeError, DataLossError, NotFoundError
+
+ARRAYS = {
+    "dense0/w": np.arange(12, dtype=np.float32).reshape(3, 4),
+    "dense0/w/Adam": np.ones((3, 4), np.float32),
+    "step": np.int64(7),
+    "mask": np.array([True, False]),
+    "empty": np.zeros((0, 2), np.float64),
+    "z": np.array([1 + 2j], np.complex128),
+}
+
+
+def _memfd_mappings() -> int:
+    with open("/proc/self/maps") as f:
+        return sum("ckptsync-read" in line for line in f)
+
+
+@pytest.fixture
+def reader() -> CheckpointReadProcess:
+    with CheckpointReadProcess() as r:
+        yield r
+
+
+def test_reads_what_read_checkpoint_reads_as_read_only_shared_memory(
+        tmp_path: Path, reader: CheckpointReadProcess) -> None:
+    prefix = write_checkpoint(tmp_path / "m-1", ARRAYS, 1)
+    got = reader.read(prefix, list(ARRAYS))
+    want = read_checkpoint(prefix, verify=True)
+    assert list(got) == list(ARRAYS)
+    for k in ARRAYS:
+        assert got[k].dtype == want[k].dtype and got[k].shape == want[k].shape
+        assert got[k].tobytes() == want[k].tobytes()
+        assert not got[k].flags.writeable
+    assert _memfd_mappings() == 1
+    del got
+    gc.collect()
+    assert _memfd_mappings() == 0  # the memory goes with the last view
+
+
+def test_errors_come_back_as_the_format_layers(tmp_path: Path,
+                                               reader: CheckpointReadProcess) -> None:
+    prefix = write_checkpoint(tmp_path / "m-1", ARRAYS, 1)
+    with pytest.raises(NotFoundError, match="Key nope not found"):
+        reader.read(prefix, ["nope"])
+    with pytest.raises(NotFoundError, match="m-2"):
+        reader.read(str(tmp_path / "m-2"), ["step"])
+    data = bytearray((tmp_path / "m-1.h5").read_bytes())
+    offset = data.index(ARRAYS["dense0/w"].tobytes())
+    data[offset + 5] ^= 0xFF
+    (tmp_path / "m-1.h5").write_bytes(bytes(data))
+    with pytest.raises(DataLossError, match="dense0/w.*checksum mismatch"):
+        reader.read(prefix, ["dense0/w"])
+    assert reader.read(prefix, ["step"])["step"] == 7  # the worker lives on
+    assert _memfd_mappings() <= 1
+
+
+def test_a_worker_that_dies_fails_that_read_and_the_next_one_starts_fresh(
+        tmp_path: Path, reader: CheckpointReadProcess) -> None:
+    prefix = write_checkpoint(tmp_path / "m-1", ARRAYS, 1)
+    first = reader.pid
+    assert first is not None
+    os.kill(first, signal.SIGKILL)  # died while idle: nothing lost
+    np.testing.assert_array_equal(reader.read(prefix, ["dense0/w"])["dense0/w"],
+                                  ARRAYS["dense0/w"])
+    second = reader.pid
+    assert second not in (None, first)
+    # Dying in the middle of a read (as when HDF5 crashes on a hostile file).
+    crash = ["-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"]
+    with mock.patch.object(_read_process, "READER_COMMAND",
+                           [_read_process.READER_COMMAND[0], *crash]):
+        os.kill(second, signal.SIGKILL)
+        with pytest.raises(DataLossError, match="died while reading .*m-1.h5 .twice"):
+            reader.read(prefix, ["step"])
+    assert reader.read(prefix, ["step"])["step"] == 7
+
+
+def test_closed_reader_refuses(tmp_path: Path) -> None:
+    r = CheckpointReadProcess()
+    pid = r.pid
+    r.close()
+    r.close()
+    with pytest.raises(CkptsyncRuntimeError, match="closed"):
+        r.read(str(tmp_path / "m"), ["w"])
+    with pytest.raises(ProcessLookupError):
+        assert pid is not None
+        os.kill(pid, 0)
