@@ -131,3 +131,61 @@ def _args(arrays: dict) -> tuple:
     values = RootValues(5, 1.0, writer_mod.WRITER, "{}" + "\0" * 62,
                         [e.xxh3_64 for e in entries], index, _format.hash_array(index))
     return values, names, prepared, _format.hdf5_paths(names)
+
+
+# ---------------------------------------------------------------- the reading half
+def _learned(tmp_path: Path, arrays: dict, step: int = 1) -> Path:
+    """Writes a checkpoint and reads it (through HDF5 the first time, which teaches
+    its layout)."""
+    prefix = write_checkpoint(tmp_path / f"learn-{step}", arrays, step, {"m": 1})
+    read_checkpoint(prefix)
+    return Path(prefix + ".h5")
+
+
+SMALL = {"dense0/w": np.arange(6, dtype=np.float32).reshape(2, 3),
+         "dense0/b": np.ones(3, np.float32), "global_step": np.int64(5),
+         "mask": np.array([True, False])}
+
+
+def test_a_learned_layout_is_read_without_hdf5(tmp_path: Path) -> None:
+    from ckptsync.checkpoint import reader as reader_mod
+
+    _learned(tmp_path, SMALL)
+    arrays = {k: v * 3 if v.dtype.kind == "f" else v for k, v in SMALL.items()}
+    prefix = write_checkpoint(tmp_path / "m-9", arrays, 9, {"m": 2})
+    with mock.patch.object(reader_mod, "CheckpointReader", side_effect=AssertionError("HDF5")):
+        got = read_checkpoint(prefix)
+        part = read_checkpoint(prefix, ["mask", "dense0/w"], verify=False)
+    assert list(got) == sorted(arrays) and list(part) == ["mask", "dense0/w"]
+    for k, v in arrays.items():
+        assert got[k].tobytes() == v.tobytes() and got[k].dtype == v.dtype
+    np.testing.assert_array_equal(part["dense0/w"], arrays["dense0/w"])
+
+
+def test_every_flipped_byte_of_a_learned_layout_falls_back_to_hdf5(tmp_path: Path) -> None:
+    from ckptsync.checkpoint import _fast_read
+
+    path = _learned(tmp_path, SMALL)
+    good = path.read_bytes()
+    assert _fast_read.read_known(str(path), None, True) is not None
+    bad = tmp_path / "bad.h5"
+    for i in range(len(good)):
+        flipped = bytearray(good)
+        flipped[i] ^= 0x20
+        bad.write_bytes(bytes(flipped))
+        assert _fast_read.read_known(str(bad), None, True) is None, f"byte {i} accepted"
+
+
+def test_a_missing_key_or_another_layout_goes_to_hdf5_which_says_what_is_wrong(
+        tmp_path: Path) -> None:
+    from ckptsync.checkpoint import _fast_read
+    from ckptsync.errors import NotFoundError
+
+    _learned(tmp_path, SMALL)
+    prefix = write_checkpoint(tmp_path / "m-2", SMALL, 2, {"m": 3})
+    assert _fast_read.read_known(prefix + ".h5", ["nope"], True) is None
+    with pytest.raises(NotFoundError, match="Key nope not found"):
+        read_checkpoint(prefix, ["nope"])
+    other = write_checkpoint(tmp_path / "o-2", {**SMALL, "extra": np.zeros(2)}, 2)
+    assert _fast_read.read_known(other + ".h5", None, True) is None
+    assert sorted(read_checkpoint(other)) == sorted([*SMALL, "extra"])

@@ -172,6 +172,7 @@ class MetadataImage:
     """Everything of one layout's data file except the per-save values and the arrays.
 
     Attributes:
+        variables: ``(key, dtype, shape)`` of each variable, sorted by key.
         size_bytes: the file's length.
         pieces: the metadata between the data regions, in file order.
         regions: ``(file offset, key)`` of each dataset's data (the index under
@@ -181,6 +182,7 @@ class MetadataImage:
             in (checksum over ``[start, end)``, stored at ``end``).
     """
 
+    variables: tuple[tuple[str, np.dtype, tuple[int, ...]], ...]
     size_bytes: int
     pieces: tuple[_Piece, ...]
     regions: tuple[tuple[int, str], ...]
@@ -191,11 +193,11 @@ class MetadataImage:
         return (f"MetadataImage(size_bytes={self.size_bytes}, pieces={len(self.pieces)}, "
                 f"regions={len(self.regions)}, fields={len(self.fields)})")
 
-    def buffers(self, values: RootValues, names: Sequence[str],
-                arrays: Mapping[str, np.ndarray]) -> list[bytes | bytearray | memoryview]:
-        """The file's bytes in order: patched metadata pieces and the arrays' memory."""
+    def _patched(self, raw_fields: Mapping[str, bytes]) -> dict[int, bytearray]:
+        """Copies of the pieces that hold fields, with ``raw_fields`` put in and their
+        chunks' checksums recomputed."""
         patched: dict[int, bytearray] = {}
-        for field, raw in _field_bytes(values, names).items():
+        for field, raw in raw_fields.items():
             index, at, length = self.fields[field]
             if len(raw) != length:
                 raise ValueError(f"{field} is {len(raw)} bytes; the image holds {length}")
@@ -206,6 +208,25 @@ class MetadataImage:
         for index, start, end in self.chunks:
             buf = patched[index]
             struct.pack_into("<I", buf, end, _checksum(buf, start, end))
+        return patched
+
+    def match(self, pieces: Sequence[bytes]) -> dict[str, bytes] | None:
+        """The field values of a file whose metadata pieces (read at this image's piece
+        offsets) are this image's with those values in, checksums included; None when
+        the file differs anywhere else (then only HDF5 may read it)."""
+        if len(pieces) != len(self.pieces):
+            return None
+        raw = {f: bytes(pieces[i][at : at + n]) for f, (i, at, n) in self.fields.items()}
+        patched = self._patched(raw)
+        for i, (mine, theirs) in enumerate(zip(self.pieces, pieces)):
+            if patched.get(i, mine.data) != theirs:
+                return None
+        return raw
+
+    def buffers(self, values: RootValues, names: Sequence[str],
+                arrays: Mapping[str, np.ndarray]) -> list[bytes | bytearray | memoryview]:
+        """The file's bytes in order: patched metadata pieces and the arrays' memory."""
+        patched = self._patched(_field_bytes(values, names))
         data: dict[str, memoryview] = {
             n: _format.le_bytes(arrays[n]) for n in names if arrays[n].nbytes
         }
@@ -362,7 +383,8 @@ def build(values: RootValues, names: Sequence[str], arrays: Mapping[str, np.ndar
         piece_start = pieces[index].offset
         fields[field] = (index, found - piece_start, len(raw))
         field_chunks.add((index, chunk.start - piece_start, chunk.end - piece_start))
-    image = MetadataImage(len(a), tuple(pieces), tuple(regions), fields,
+    variables = tuple((n, arrays[n].dtype, tuple(arrays[n].shape)) for n in names)
+    image = MetadataImage(variables, len(a), tuple(pieces), tuple(regions), fields,
                           tuple(sorted(field_chunks)))
     # Self-check: image A with B's values must be HDF5's image B, byte for byte (data
     # regions aside: those are the arrays').

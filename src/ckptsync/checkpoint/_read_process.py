@@ -218,21 +218,22 @@ def _map(reply: dict[str, Any], fd: int | None) -> dict[str, np.ndarray]:
 
 # -- the worker process -------------------------------------------------------------
 def _read_job(request: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
+    from . import _fast_read
+    from ._format import data_path
     from .reader import CheckpointReader, _key_not_found
 
     prefix, names = request["prefix"], list(request["names"])
     fd: int | None = None
     try:
+        known = _read_known(data_path(prefix), names)
+        if known is not None:
+            return known
         with CheckpointReader(prefix) as reader:
             for name in names:
                 if not reader.has_tensor(name):
                     raise _key_not_found(name, reader.path)
             entries = [reader._index[n] for n in names]
-            layout, size = [], 0
-            for name, e in zip(names, entries):
-                layout.append({"name": name, "dtype": e.dtype.name, "shape": list(e.shape),
-                               "offset": size})
-                size += -(-e.nbytes // _ALIGN_BYTES) * _ALIGN_BYTES
+            layout, size = _layout(names, entries)
             if size:
                 fd = new_shared_fd(size, "ckptsync-read")
                 mm = mmap.mmap(fd, size)
@@ -249,11 +250,56 @@ def _read_job(request: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
                         pass  # mapping goes when they do
             else:
                 reader._read_tensors(names, verify=True)
+            _fast_read.learn(reader)
     except Exception as e:
         if fd is not None:
             os.close(fd)
         return error_reply(e), None
     return {"ok": True, "size": size, "variables": layout}, fd
+
+
+def _layout(names: Sequence[str], entries: Sequence[Any]) -> tuple[list[dict[str, Any]], int]:
+    layout, size = [], 0
+    for name, e in zip(names, entries):
+        layout.append({"name": name, "dtype": e.dtype.name, "shape": list(e.shape),
+                       "offset": size})
+        size += -(-e.nbytes // _ALIGN_BYTES) * _ALIGN_BYTES
+    return layout, size
+
+
+def _read_known(path: str, names: list[str]) -> tuple[dict[str, Any], int | None] | None:
+    """A learned layout's file read straight into shared memory (``_fast_read``); None
+    when HDF5 must read it."""
+    from . import _fast_read
+
+    made: dict[str, Any] = {}
+
+    def outs_for(entries: list[Any]) -> list[np.ndarray]:
+        layout, size = _layout(names, entries)
+        made["layout"], made["size"] = layout, size
+        if not size:
+            return [np.empty(e.shape, e.dtype) for e in entries]
+        made["fd"] = new_shared_fd(size, "ckptsync-read")
+        made["mm"] = mm = mmap.mmap(made["fd"], size)
+        flat = np.frombuffer(mm, dtype=np.uint8)
+        return [flat[v["offset"]: v["offset"] + e.nbytes].view(e.dtype).reshape(e.shape)
+                for v, e in zip(layout, entries)]
+
+    try:
+        ok = _fast_read.read_known(path, names, True, outs_for) is not None
+    except Exception:
+        ok = False
+    if "mm" in made:
+        try:
+            made.pop("mm").close()
+        except BufferError:  # views still referenced (a failed read): freed with them
+            pass
+    fd = made.get("fd")
+    if not ok:
+        if fd is not None:
+            os.close(fd)
+        return None
+    return {"ok": True, "size": made["size"], "variables": made["layout"]}, fd
 
 
 def reader_main() -> None:

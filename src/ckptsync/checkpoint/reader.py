@@ -24,7 +24,7 @@ import h5py
 import numpy as np
 
 from ..errors import CkptsyncError, CkptsyncRuntimeError, NotFoundError, OpError
-from . import _format
+from . import _fast_read, _format
 from ._atomic import op_error_from_os_error
 from ._read_io import _FLOAT64, _INT64, _RAW_READS, _ReadIO
 
@@ -301,11 +301,17 @@ def read_checkpoint(
     Example:
         >>> arrays = read_checkpoint("ckpts/model.ckpt-1200")  # doctest: +SKIP
     """
+    if isinstance(names, str):  # one name, not its characters
+        names = [names]
+    names = None if names is None else list(names)
+    known = _fast_read.read_known(_format.data_path(os.fspath(prefix)), names, verify)
+    if known is not None:  # a learned layout: read without HDF5, as below
+        return known
     with CheckpointReader(prefix) as reader:
-        if isinstance(names, str):  # one name, not its characters
-            names = [names]
-        wanted = sorted(reader._index) if names is None else list(names)
+        wanted = sorted(reader._index) if names is None else names
         for name in wanted:
             if not reader.has_tensor(name):
                 raise _key_not_found(name, reader.path)
-        return dict(zip(wanted, reader._read_tensors(wanted, verify)))
+        out = dict(zip(wanted, reader._read_tensors(wanted, verify)))
+        _fast_read.learn(reader)
+        return out
