@@ -15,9 +15,10 @@ What runs (digits MLP 64->128->128->10, ``examples/digits_mlp.py``, batch 1):
   answer. Retention keeps the last 5 checkpoints, as a Saver does.
 - Throughput: ckptsync, bare, and ckptsync while a checkpoint lands every 100 ms,
   alternating, ``--repeats`` rounds of ``--duration-s`` each.
-- Memory: the server's RSS (``/proc``; with its checkpoint reader process, summed) after
-  warm-up (base), its peak (VmHWM, reset at base through ``/proc/PID/clear_refs``; the
-  sum of each process's peak) and its RSS after ``--swaps`` swaps under load.
+- Memory (MNIST MLP 784->256->256->10, 1 MiB of parameters): the proportional set size
+  (PSS, ``/proc/PID/smaps_rollup``) of the server and its checkpoint reader process,
+  summed (a snapshot's pages, shared by both, count once): after warm-up (base), its
+  peak (sampled every 2 ms during the swaps) and after ``--swaps`` swaps under load.
 
     python benchmarks/bench_serving.py [--duration-s 2] [--repeats 5] [--publishes 200]
         [--swaps 1000]
@@ -48,6 +49,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 MODEL_FILE = os.path.join(ROOT, "examples", "digits_mlp.py")
 SIZES = (64, 128, 128, 10)
+MNIST_MODEL_FILE = os.path.join(ROOT, "examples", "mnist_mlp.py")
+MNIST_SIZES = (784, 256, 256, 10)
 KEEP = 5
 
 try:
@@ -57,10 +60,10 @@ except ImportError:  # run as a module
 
 
 # --------------------------------------------------------------------------- checkpoints
-def make_params(step: int) -> dict[str, np.ndarray]:
+def make_params(step: int, sizes: tuple[int, ...] = SIZES) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(step)
     out = {}
-    for i, (a, b) in enumerate(zip(SIZES[:-1], SIZES[1:])):
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
         out[f"dense{i}/w"] = (rng.standard_normal((a, b)) * 0.1).astype(np.float32)
         out[f"dense{i}/b"] = np.full((b,), step * 1e-3, np.float32)
     return out
@@ -69,18 +72,19 @@ def make_params(step: int) -> dict[str, np.ndarray]:
 class Publisher:
     """Publishes model.ckpt-<step> as a Saver does, keeping the last ``KEEP``."""
 
-    def __init__(self, directory: str):
+    def __init__(self, directory: str, sizes: tuple[int, ...] = SIZES):
         from ckptsync import checkpoint as ckpt
 
         self.ckpt, self.directory, self.kept = ckpt, directory, []
         self.step = 0
-        self.base = make_params(0)
+        self.sizes = sizes
+        self.base = make_params(0, sizes)
 
     def write(self) -> str:
         self.step += 1
         prefix = os.path.join(self.directory, f"model.ckpt-{self.step}")
         arrays = dict(self.base)
-        arrays["dense2/b"] = np.full((SIZES[-1],), self.step * 1e-3, np.float32)
+        arrays["dense2/b"] = np.full((self.sizes[-1],), self.step * 1e-3, np.float32)
         self.ckpt.write_checkpoint(prefix, arrays, global_step=self.step)
         return prefix
 
@@ -294,14 +298,6 @@ def stop(proc: subprocess.Popen) -> None:
         proc.stderr.close()
 
 
-def rss_kib(pid: int, field: str = "VmRSS") -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no {field} for pid {pid}")
-
-
 def tree(pid: int) -> list[int]:
     """``pid`` and its descendants (the server's checkpoint reader process)."""
     out, todo = [], [pid]
@@ -316,19 +312,34 @@ def tree(pid: int) -> list[int]:
     return out
 
 
-def tree_rss_kib(pid: int, field: str = "VmRSS") -> int:
-    """``field`` summed over the server and its child processes."""
-    return sum(rss_kib(p, field) for p in tree(pid))
+def tree_pss_kib(pid: int) -> int:
+    """Proportional set size summed over the server and its children: shared pages
+    (a snapshot's memory, written by the reader process and mapped by the server) are
+    counted once."""
+    total = 0
+    for p in tree(pid):
+        try:
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1])
+                        break
+        except OSError:
+            pass
+    return total
 
 
-def reset_peak(pid: int) -> bool:
-    try:
-        for p in tree(pid):
-            with open(f"/proc/{p}/clear_refs", "w") as f:
-                f.write("5")
-        return True
-    except OSError:
-        return False
+class PeakSampler(threading.Thread):
+    """Samples :func:`tree_pss_kib` every ``interval_s`` until stopped; keeps the max."""
+
+    def __init__(self, pid: int, interval_s: float = 0.002):
+        super().__init__(daemon=True)
+        self.pid, self.interval_s, self.peak = pid, interval_s, 0
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.wait(self.interval_s):
+            self.peak = max(self.peak, tree_pss_kib(self.pid))
 
 
 def wait_version(probe: Probe, version: int, timeout_s: float = 30.0) -> float:
@@ -419,35 +430,53 @@ def main() -> None:
                 stop_pub.set()
                 t.join(30)
 
-        # Memory across swaps, under a light load (4 connections) so that requests hold
-        # old snapshots while new ones land.
-        wait_version(probe, pub.step)
+        probe.close()
+        stop(ck)
+
+        # Memory across swaps, on the 784-256-256-10 MNIST MLP (1 MiB of parameters, so
+        # that "2x params" is well above the interpreter's own noise), under a light
+        # load (4 connections) so that requests hold old snapshots while new ones land.
+        mem_dir = os.path.join(work, "mem")
+        os.makedirs(mem_dir)
+        mpub = Publisher(mem_dir, MNIST_SIZES)
+        mpub.name(mpub.write())
+        mem, mem_port = start(
+            [*env_cmd[:5], MNIST_MODEL_FILE, "--checkpoint-dir", mem_dir, *env_cmd[8:],
+             "--port-file", os.path.join(work, "mem.port")], os.path.join(work, "mem.port"))
+        procs.append(mem)
+        mx = np.random.default_rng(0).random((1, MNIST_SIZES[0])).round(4).tolist()
+        mreq = request_bytes("/v1/models/digits:predict", json.dumps({"instances": mx}).encode())
+        mprobe = Probe(mem_port, mreq)
+        wait_version(mprobe, 1)
         for _ in range(50):
-            probe.predict()
-        base = tree_rss_kib(ck.pid)
-        peak_ok = reset_peak(ck.pid)
+            mprobe.predict()
+        base = tree_pss_kib(mem.pid)
+        sampler = PeakSampler(mem.pid)
+        sampler.start()
         load = subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), "_load", str(ck_port), "4", "0",
+            [sys.executable, os.path.abspath(__file__), "_load", str(mem_port), "4", "0",
              "600"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
         )
         procs.append(load)
         assert load.stdin is not None
-        load.stdin.write(req)
+        load.stdin.write(mreq)
         load.stdin.close()
         loaded_fresh = []
         for _ in range(args.swaps):
-            prefix = pub.write()
+            prefix = mpub.write()
             t0 = time.perf_counter()
-            pub.name(prefix)
-            loaded_fresh.append(wait_version(probe, pub.step) - t0)
-            pub.evict()
+            mpub.name(prefix)
+            loaded_fresh.append(wait_version(mprobe, mpub.step) - t0)
+            mpub.evict()
         stop(load)
         for _ in range(50):
-            probe.predict()
-        end = tree_rss_kib(ck.pid)
-        peak = tree_rss_kib(ck.pid, "VmHWM") if peak_ok else max(base, end)
-        probe.close()
-        params_kib = sum(a.nbytes for a in make_params(0).values()) / 1024
+            mprobe.predict()
+        sampler.halt.set()
+        sampler.join(10)
+        end = tree_pss_kib(mem.pid)
+        peak = max(sampler.peak, base, end)
+        mprobe.close()
+        params_kib = sum(a.nbytes for a in make_params(0, MNIST_SIZES).values()) / 1024
     finally:
         for p in procs:
             stop(p)
@@ -476,7 +505,7 @@ def main() -> None:
     print(f"| freshness, idle, {len(fresh)} publishes            | p50 "
           f"{percentile(fresh, 0.5) * 1e3:.2f} ms, p99 {percentile(fresh, 0.99) * 1e3:.2f} ms, "
           f"max {max(fresh) * 1e3:.2f} ms | target p50 <= 5 ms, p99 <= 25 ms |")
-    print(f"| freshness, under load, {len(loaded_fresh)} publishes     | p50 "
+    print(f"| freshness, MNIST MLP under load, {len(loaded_fresh)} publishes | p50 "
           f"{percentile(loaded_fresh, 0.5) * 1e3:.2f} ms, p99 "
           f"{percentile(loaded_fresh, 0.99) * 1e3:.2f} ms | (information) |")
     print(rps_row("bare", "bare starlette+uvicorn (the limit)"))
@@ -485,7 +514,7 @@ def main() -> None:
     print(f"| reload / no reload                        | throughput {rl_rps / ck_rps:.2f}x, "
           f"p99 {rl_p99 / ck_p99:.2f}x, {len(published)} reloads, errors {errors['reload']} "
           f"| target >= 0.85x, <= 1.5x, 0 |")
-    print(f"| memory over {args.swaps} swaps (params {params_kib:.0f} KiB) | base {base} KiB, "
+    print(f"| memory (PSS) over {args.swaps} swaps (params {params_kib:.0f} KiB) | base {base} KiB, "
           f"peak {peak} KiB (base + {peak - base} KiB = {(peak - base) / params_kib:.2f}x params),"
           f" end {end} KiB ({(end / base - 1) * 100:+.2f} %) | target peak <= base + 2x params, "
           f"growth <= 5 % |")
