@@ -30,6 +30,7 @@ Thread-safety: not thread-safe; one owner (thread) calls submit/wait/close.
 
 from __future__ import annotations
 
+import functools
 import logging
 import mmap
 import os
@@ -131,7 +132,7 @@ class _Layout:
     entries: list[dict[str, Any]]
     size_bytes: int
 
-    @property
+    @functools.cached_property
     def float_spans(self) -> list[tuple[int, int, np.dtype, list[int]]]:
         """``(start, end, dtype, entry indexes)`` of each run of consecutive entries of
         one floating-point (or complex) dtype, as byte offsets into the buffer."""
@@ -147,7 +148,7 @@ class _Layout:
                 spans.append((start, end, dtype, [i]))
         return spans
 
-    @property
+    @functools.cached_property
     def views(self) -> list[tuple[dict[str, Any], np.dtype, tuple[int, ...], int]]:
         out = []
         for e in self.entries:
