@@ -93,3 +93,71 @@ def test_a_changed_layout_and_a_restarted_worker_get_the_new_layout(tmp_path: Pa
             assert sorted(got) == sorted(arrays)
             for k, v in arrays.items():
                 np.testing.assert_array_equal(got[k], v)
+
+
+def _slow_worker(monkeypatch: pytest.MonkeyPatch, fail_prefix_part: str = "") -> None:
+    """A worker whose jobs take 0.3 s, and fail for prefixes containing the marker."""
+    import sys
+
+    from ckptsync.checkpoint import _async_writer
+
+    code = (
+        "import time\n"
+        "from ckptsync.checkpoint import _async_writer as a\n"
+        "orig = a._run_job\n"
+        "def slow(job, arrays):\n"
+        "    time.sleep(0.3)\n"
+        f"    if {fail_prefix_part!r} and {fail_prefix_part!r} in job['prefix']:\n"
+        "        return {'ok': False, 'type': 'DataLossError', 'message': job['prefix'] + ': EIO'}\n"
+        "    return orig(job, arrays)\n"
+        "a._run_job = slow\n"
+        "a.worker_main()\n")
+    monkeypatch.setattr(_async_writer, "WORKER_COMMAND", [sys.executable, "-c", code])
+
+
+def test_saves_queue_up_to_max_in_flight_and_are_written_in_order(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    _slow_worker(monkeypatch)
+    with AsyncCheckpointWriter(max_in_flight=3) as writer:
+        writer.submit(str(tmp_path / "m-0"), {"w": np.zeros(4)}, 0)
+        writer.wait(timeout_s=30)  # the worker is up
+        start = time.monotonic()
+        for i in range(1, 4):
+            p = str(tmp_path / f"m-{i}")
+            writer.submit(p, {"w": np.full(4, float(i))}, i, state=StateUpdate(str(tmp_path), p, [p]))
+        assert time.monotonic() - start < 0.25  # three queued without waiting
+        assert writer.pending == [str(tmp_path / f"m-{i}") for i in (1, 2, 3)]
+        p = str(tmp_path / "m-4")
+        writer.submit(p, {"w": np.full(4, 4.0)}, 4, state=StateUpdate(str(tmp_path), p, [p]))
+        assert time.monotonic() - start >= 0.25  # the fourth waited for the oldest
+        writer.wait(timeout_s=30)
+        assert writer.pending == []
+    for i in range(1, 5):
+        np.testing.assert_array_equal(read_checkpoint(tmp_path / f"m-{i}")["w"], np.full(4, i))
+    state = get_checkpoint_state(str(tmp_path))
+    assert state is not None and state.model_checkpoint_path == str(tmp_path / "m-4")
+
+
+def test_a_failed_save_drops_the_saves_queued_after_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ckptsync.errors import DataLossError
+
+    _slow_worker(monkeypatch, fail_prefix_part="m-2")
+    with AsyncCheckpointWriter(max_in_flight=4) as writer:
+        for i in (1, 2, 3, 4):
+            p = str(tmp_path / f"m-{i}")
+            writer.submit(p, {"w": np.full(4, float(i))}, i, state=StateUpdate(str(tmp_path), p, [p]))
+        with pytest.raises(DataLossError, match="m-2: EIO"):
+            writer.wait(timeout_s=30)
+        assert writer.failed_prefix == str(tmp_path / "m-2") and writer.pending == []
+        state = get_checkpoint_state(str(tmp_path))
+        assert state is not None and state.model_checkpoint_path == str(tmp_path / "m-1")
+        assert sorted(os.listdir(tmp_path)) == ["checkpoint", "m-1.h5"]
+        # The writer goes on with the next save.
+        p = str(tmp_path / "m-5")
+        writer.submit(p, {"w": np.full(4, 5.0)}, 5, state=StateUpdate(str(tmp_path), p, [p]))
+        writer.wait(timeout_s=30)
+    state = get_checkpoint_state(str(tmp_path))
+    assert state is not None and state.model_checkpoint_path == str(tmp_path / "m-5")

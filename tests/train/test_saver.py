@@ -238,3 +238,25 @@ def test_require_finite_refuses_nan_and_keeps_the_last_good_state(
         _set(sess, v["b"], np.zeros(3, np.float32))  # fixed: saving works again
         assert saver.save(sess, str(tmp_path / "m"), global_step=3) == str(tmp_path / "m-3")
     assert ckpt.latest_checkpoint(str(tmp_path)) == str(tmp_path / "m-3")
+
+
+def test_async_queued_saves_roll_back_from_the_failed_one(
+        model: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ckptsync.errors import DataLossError
+    from tests.checkpoint.test_async_writer import _slow_worker
+
+    sess, v = model
+    _slow_worker(monkeypatch, fail_prefix_part="m-3")
+    with cs.train.Saver(max_to_keep=10, async_save=True) as saver:
+        saver.save(sess, str(tmp_path / "m"), global_step=1)
+        saver.wait_until_finished()
+        for step in (2, 3, 4):  # 3 fails in the writer; 4 is queued behind it
+            saver.save(sess, str(tmp_path / "m"), global_step=step)
+        assert saver.last_checkpoints == [str(tmp_path / f"m-{i}") for i in (1, 2, 3, 4)]
+        with pytest.raises(DataLossError, match="m-3: EIO"):
+            saver.wait_until_finished()
+        assert saver.last_checkpoints == [str(tmp_path / "m-1"), str(tmp_path / "m-2")]
+        assert ckpt.latest_checkpoint(str(tmp_path)) == str(tmp_path / "m-2")
+        saver.save(sess, str(tmp_path / "m"), global_step=5)
+    assert ckpt.latest_checkpoint(str(tmp_path)) == str(tmp_path / "m-5")
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint", "m-1.h5", "m-2.h5", "m-5.h5"]

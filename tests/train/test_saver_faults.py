@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -245,12 +246,15 @@ def test_async_failed_fsync_surfaces_at_wait_and_save_and_close(
             saver.wait_until_finished()
         assert saver.last_checkpoints == []  # forgotten, never reported as saved
         saver.save(sess, str(tmp_path / "model.ckpt"), global_step=2)
-        with pytest.raises(DataLossError, match=r"model\.ckpt-2\.h5"):  # at the next save
-            saver.save(sess, str(tmp_path / "model.ckpt"), global_step=3)
+        with pytest.raises(DataLossError, match=r"model\.ckpt-2\.h5"):  # at a later save
+            for step in range(3, 500):
+                time.sleep(0.01)
+                saver.save(sess, str(tmp_path / "model.ckpt"), global_step=step)
+        assert saver.last_checkpoints == []  # it and the saves queued after it
         assert ckpt.latest_checkpoint(str(tmp_path)) == good
-        saver.save(sess, str(tmp_path / "model.ckpt"), global_step=4)
+        saver.save(sess, str(tmp_path / "model.ckpt"), global_step=1000)
     finally:
-        with pytest.raises(DataLossError, match=r"model\.ckpt-4\.h5"):  # at close
+        with pytest.raises(DataLossError, match=r"model\.ckpt-1000\.h5"):  # at close
             saver.close()
         sess.close()
     assert sorted(os.listdir(tmp_path)) == ["checkpoint", "good-0.h5"]

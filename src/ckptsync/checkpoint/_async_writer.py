@@ -30,14 +30,17 @@ Thread-safety: not thread-safe; one owner (thread) calls submit/wait/close.
 
 from __future__ import annotations
 
+import collections
 import functools
 import logging
 import mmap
 import os
+import select
 import signal
 import socket
 import subprocess
 import sys
+import time
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -47,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from .. import errors
-from ..errors import CkptsyncRuntimeError, UnknownError
+from ..errors import CkptsyncRuntimeError, CkptsyncValueError, UnknownError
 from . import _format
 from ._ipc import error_from_reply, error_reply, new_shared_fd, recv_frame, send_frame
 
@@ -65,6 +68,8 @@ WORKER_COMMAND: list[str] = [
 _ALIGN_BYTES = 64
 _GROW_BYTES = 1 << 20
 _CLOSE_TIMEOUT_S = 60.0
+_MAX_IN_FLIGHT = 4
+_IN_FLIGHT_BUDGET_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -99,10 +104,11 @@ class _Buffer:
 
 def _signature(arrays: Mapping[str, Any]) -> tuple[Any, ...] | None:
     """(key, dtype, shape) of every value, in order, if every value is a C-contiguous
-    ndarray (normalized arrays are); None otherwise."""
+    ndarray or a numpy scalar (normalized arrays are); None otherwise."""
     sig = []
     for k, v in arrays.items():
-        if type(v) is not np.ndarray or not v.flags.c_contiguous:
+        if not (type(v) is np.ndarray and v.flags.c_contiguous) and not isinstance(
+                v, np.generic):
             return None
         sig.append((k, v.dtype, v.shape))
     return tuple(sig)
@@ -170,10 +176,35 @@ def _shutdown(proc: subprocess.Popen[bytes], sock: socket.socket) -> None:
             proc.wait()
 
 
+class _Slot:
+    """One shared buffer the owner copies a save into; the worker maps it by index."""
+
+    def __init__(self) -> None:
+        self.buffer: _Buffer | None = None
+        self.sent = False  # the worker has this buffer's fd
+        self.layout: _Layout | None = None  # what ``targets`` were made for
+        self.targets: list[np.ndarray] = []
+
+    def close(self) -> None:
+        self.targets, self.layout = [], None
+        if self.buffer is not None:
+            self.buffer.close()
+            self.buffer = None
+
+
 class AsyncCheckpointWriter:
-    """Writes checkpoints in a worker process; at most one in flight.
+    """Writes checkpoints in a worker process, in order, a few at a time.
+
+    Up to ``max_in_flight`` saves may be queued (each holds its own copy of the
+    variables); a save that finds the queue full waits for the oldest. The default
+    allows as many copies as fit in 64 MiB, between 1 and 4, so that a slow ``fsync``
+    now and then does not stall a trainer that saves often, while a large model keeps
+    one copy.
 
     The worker starts in the constructor (it imports in parallel with the caller's work).
+
+    Args:
+        max_in_flight: the most saves queued at once (>= 1); None for the default.
 
     Raises:
         OSError: the worker could not be started.
@@ -184,17 +215,19 @@ class AsyncCheckpointWriter:
         ...     w.wait()
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_in_flight: int | None = None) -> None:
+        if max_in_flight is not None and max_in_flight < 1:
+            raise CkptsyncValueError(f"max_in_flight must be >= 1; got {max_in_flight}.")
+        self._max_in_flight = max_in_flight
         self._proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
         self._finalizer: weakref.finalize[Any, Any] | None = None
-        self._buffer: _Buffer | None = None
-        self._buffer_sent = False
+        self._slots: list[_Slot] = []
         self._layout: _Layout | None = None
         self._layout_sent = False
-        self._targets: list[np.ndarray] | None = None
-        self._in_flight: str | None = None
+        self._queue: collections.deque[tuple[str, int]] = collections.deque()  # (prefix, slot)
         self._closed = False
+        self.failed_prefix: str | None = None
         self._start()
 
     # -- worker lifecycle ---------------------------------------------------------------
@@ -212,7 +245,9 @@ class AsyncCheckpointWriter:
         finally:
             child.close()
         self._proc, self._sock = proc, parent
-        self._buffer_sent = self._layout_sent = False
+        self._layout_sent = False
+        for slot in self._slots:
+            slot.sent = False
         self._finalizer = weakref.finalize(self, _shutdown, proc, parent)
 
     def _stop(self) -> None:
@@ -227,8 +262,18 @@ class AsyncCheckpointWriter:
 
     @property
     def in_flight(self) -> str | None:
-        """The prefix being written, or None."""
-        return self._in_flight
+        """The newest prefix submitted and not yet confirmed written, or None."""
+        return self._queue[-1][0] if self._queue else None
+
+    @property
+    def pending(self) -> list[str]:
+        """Prefixes submitted and not yet confirmed written, oldest first."""
+        return [p for p, _ in self._queue]
+
+    def _depth(self, size_bytes: int) -> int:
+        if self._max_in_flight is not None:
+            return self._max_in_flight
+        return max(1, min(_MAX_IN_FLIGHT, _IN_FLIGHT_BUDGET_BYTES // max(size_bytes, 1)))
 
     # -- jobs ---------------------------------------------------------------------------
     def submit(
@@ -241,11 +286,12 @@ class AsyncCheckpointWriter:
         delete: Sequence[str] = (),
         require_finite: bool = False,
     ) -> str | None:
-        """Waits for the previous job, copies ``arrays`` and starts writing ``prefix``.
+        """Copies ``arrays`` and queues writing ``prefix``; waits only for a free slot.
 
         Returns once the values are copied; the caller may change ``arrays`` then. The
         worker writes ``<prefix>.h5`` (as :func:`write_checkpoint`), then ``state`` (if
-        given), then deletes the ``delete`` prefixes (errors there are logged).
+        given), then deletes the ``delete`` prefixes (errors there are logged), one job
+        after the other in submission order.
 
         Args:
             prefix: absolute checkpoint prefix, e.g. ``"/runs/a/model.ckpt-1200"``.
@@ -258,20 +304,22 @@ class AsyncCheckpointWriter:
                 if there is one, nothing is sent.
 
         Returns:
-            None once the job is sent; with ``require_finite``, the key of the first
+            None once the job is queued; with ``require_finite``, the key of the first
             variable holding a NaN or Inf instead (and nothing is written).
 
         Raises:
             CkptsyncTypeError, CkptsyncValueError: bad keys, dtypes, step or metadata
                 (checked here, before anything is sent).
-            OpError: the *previous* job failed (its error, naming its path).
+            OpError: an *earlier* job failed (its error, naming its path); that job and
+                every later one still queued were not written (``failed_prefix`` names
+                the first; the state file names none of them).
             CkptsyncRuntimeError: the writer is closed.
         """
         from .writer import check_global_step, metadata_json
 
         if self._closed:
             raise CkptsyncRuntimeError("The async checkpoint writer is closed.")
-        self.wait()
+        self._collect(block=False)  # surface an earlier failure now
         layout = self._layout
         if layout is None or _signature(arrays) != layout.signature:
             prepared = {
@@ -284,43 +332,54 @@ class AsyncCheckpointWriter:
             prepared = dict(arrays)
         step = check_global_step(global_step)
         metadata_json(metadata)  # validates
-        if self._proc is not None and self._proc.poll() is not None:
+        depth = self._depth(layout.size_bytes)
+        while len(self._queue) >= depth:
+            self._collect(block=True, count=1)
+        if self._proc is not None and self._proc.poll() is not None and not self._queue:
             self._stop()  # died while idle: nothing was lost, start a fresh one
         if self._proc is None:
             self._start()
         if layout is not self._layout:
-            self._layout, self._layout_sent, self._targets = layout, False, None
-        self._copy_in(prepared)
+            self._layout, self._layout_sent = layout, False
+        busy = {i for _, i in self._queue}
+        index = next((i for i in range(len(self._slots)) if i not in busy), len(self._slots))
+        if index == len(self._slots):
+            self._slots.append(_Slot())
+        slot = self._slots[index]
+        self._copy_in(slot, prepared)
         if require_finite:
-            bad = self._first_nonfinite()
+            bad = self._first_nonfinite(slot)
             if bad is not None:
                 return bad
         job = {
             "prefix": prefix,
+            "slot": index,
             "global_step": step,
             "metadata": None if metadata is None else dict(metadata),
             "state": None if state is None else state.__dict__,
             "delete": list(delete),
         }
         try:
-            self._send(job)
-        except OSError:  # the worker died while idle; nothing was lost: retry once
+            self._send(slot, index, job)
+        except OSError:  # the worker died (while idle, if nothing is queued)
+            if self._queue:
+                self._collect(block=True)  # raises: the queued jobs were lost
             self._stop()
             self._start()
             try:
-                self._send(job)
+                self._send(slot, index, job)
             except OSError as e:
                 self._stop()
                 raise UnknownError(
                     None, None, f"Could not hand checkpoint {prefix} to the writer process: {e}"
                 ) from e
-        self._in_flight = prefix
+        self._queue.append((prefix, index))
         return None
 
-    def _first_nonfinite(self) -> str | None:
+    def _first_nonfinite(self, slot: _Slot) -> str | None:
         """The first variable of the copied values holding NaN or Inf, or None."""
-        assert self._layout is not None and self._buffer is not None
-        flat = np.frombuffer(self._buffer.mm, dtype=np.uint8)
+        assert self._layout is not None and slot.buffer is not None
+        flat = np.frombuffer(slot.buffer.mm, dtype=np.uint8)
         try:
             with np.errstate(over="ignore", invalid="ignore"):
                 for start, end, dtype, members in self._layout.float_spans:
@@ -329,85 +388,113 @@ class AsyncCheckpointWriter:
                     if np.isfinite(np.add.reduce(flat[start:end].view(dtype), axis=None)):
                         continue
                     for e in members:
-                        if not np.all(np.isfinite(self._targets[e])):  # type: ignore[index]
+                        if not np.all(np.isfinite(slot.targets[e])):
                             return str(self._layout.entries[e]["name"])
             return None
         finally:
             del flat
 
-    def _send(self, job: dict[str, Any]) -> None:
-        assert self._sock is not None and self._buffer is not None and self._layout is not None
-        if not self._buffer_sent:
-            socket.send_fds(self._sock, [b"F"], [self._buffer.fd])
-            self._buffer_sent = True
+    def _send(self, slot: _Slot, index: int, job: dict[str, Any]) -> None:
+        assert self._sock is not None and slot.buffer is not None and self._layout is not None
+        if not slot.sent:
+            socket.send_fds(self._sock, [b"F"], [slot.buffer.fd])
+            send_frame(self._sock, b"", {"slot": index})
+            slot.sent = True
         if not self._layout_sent:  # the worker keeps the last layout it was sent
             job = {**job, "variables": self._layout.entries}
         send_frame(self._sock, b"J", job)
         self._layout_sent = True
 
-    def _copy_in(self, arrays: Mapping[str, np.ndarray]) -> None:
-        assert self._layout is not None
-        size = self._layout.size_bytes
-        if self._buffer is None or self._buffer.size_bytes < size:
-            old, self._buffer, self._targets = self._buffer, None, None
-            if old is not None:
-                old.close()
-            self._buffer = _Buffer(max(_GROW_BYTES, -(-size // _GROW_BYTES) * _GROW_BYTES))
-            self._buffer_sent, self._targets = False, None
-        if self._targets is None:
-            flat = np.frombuffer(self._buffer.mm, dtype=np.uint8)
+    def _copy_in(self, slot: _Slot, arrays: Mapping[str, np.ndarray]) -> None:
+        layout = self._layout
+        assert layout is not None
+        size = layout.size_bytes
+        if slot.buffer is None or slot.buffer.size_bytes < size:
+            slot.close()
+            slot.buffer = _Buffer(max(_GROW_BYTES, -(-size // _GROW_BYTES) * _GROW_BYTES))
+            slot.sent = False
+        if slot.layout is not layout:
+            flat = np.frombuffer(slot.buffer.mm, dtype=np.uint8)
             flat[:size] = 0  # gaps between variables are zeros (see _first_nonfinite)
-            self._targets = [
+            slot.targets = [
                 flat[e["offset"] : e["offset"] + nbytes].view(dtype).reshape(shape)
-                for e, dtype, shape, nbytes in self._layout.views
+                for e, dtype, shape, nbytes in layout.views
             ]
-        for dst, src in zip(self._targets, arrays.values()):
+            slot.layout = layout
+        for dst, src in zip(slot.targets, arrays.values()):
             np.copyto(dst, src)
 
+    def _collect(self, block: bool, count: int | None = None,
+                 deadline: float | None = None) -> None:
+        """Takes the replies of queued jobs, oldest first: ``count`` of them (None: all)
+        when ``block``, else only those already there. Raises the first failure after
+        dropping every later queued job (the worker skipped them)."""
+        taken = 0
+        while self._queue and (count is None or taken < count):
+            prefix, _ = self._queue[0]
+            assert self._sock is not None and self._proc is not None
+            if not block:
+                ready, _, _ = select.select([self._sock], [], [], 0)
+                if not ready:
+                    return
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            self._sock.settimeout(timeout)
+            try:
+                reply = recv_frame(self._sock)
+            except TimeoutError as e:
+                raise errors.DeadlineExceededError(
+                    None, None, f"Checkpoint {prefix} was not written within the timeout."
+                ) from e
+            except OSError:
+                reply = None
+            finally:
+                if self._sock is not None:
+                    self._sock.settimeout(None)
+            self._queue.popleft()
+            taken += 1
+            if reply is not None and reply.get("ok"):
+                continue
+            # This job failed: the worker skips the later queued ones until told to go
+            # on; collect their replies, then let it go on.
+            self.failed_prefix = prefix
+            dropped = [p for p, _ in self._queue]
+            if reply is None:
+                pid = self._proc.pid
+                self._queue.clear()
+                self._stop()
+                raise UnknownError(
+                    None, None,
+                    f"The checkpoint writer process (pid {pid}) died while writing {prefix}; "
+                    f"that checkpoint was not saved (the state file does not name it)"
+                    + (f", nor the {len(dropped)} queued after it." if dropped else "."))
+            while self._queue:
+                self._queue.popleft()
+                if recv_frame(self._sock) is None:
+                    self._stop()
+                    break
+            if self._sock is not None:
+                self._sock.sendall(b"C")
+            raise error_from_reply(reply)
+
     def wait(self, timeout_s: float | None = None) -> None:
-        """Blocks until the job in flight (if any) is written, published and cleaned up.
+        """Blocks until every queued job is written, published and cleaned up.
 
         Args:
-            timeout_s: give up after this many seconds (the job keeps running).
+            timeout_s: give up after this many seconds (the jobs keep running).
 
         Raises:
             OpError (ResourceExhaustedError, PermissionDeniedError, DataLossError,
-                UnknownError, ...): the job failed; the message names its path.
+                UnknownError, ...): a job failed; the message names its path, and
+                ``failed_prefix`` it (later queued jobs were not written).
             DeadlineExceededError: ``timeout_s`` passed.
         """
-        prefix = self._in_flight
-        if prefix is None:
-            return
-        assert self._sock is not None and self._proc is not None
-        self._sock.settimeout(timeout_s)
-        try:
-            reply = recv_frame(self._sock)
-        except TimeoutError as e:
-            raise errors.DeadlineExceededError(
-                None, None, f"Checkpoint {prefix} was not written within {timeout_s} s."
-            ) from e
-        except OSError:
-            reply = None
-        finally:
-            if self._sock is not None:
-                self._sock.settimeout(None)
-        self._in_flight = None
-        if reply is None:
-            pid = self._proc.pid
-            self._stop()
-            raise UnknownError(
-                None,
-                None,
-                f"The checkpoint writer process (pid {pid}) died while writing {prefix}; "
-                f"that checkpoint was not saved (the state file does not name it).",
-            )
-        if not reply.get("ok"):
-            raise error_from_reply(reply)
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        self._collect(block=True, deadline=deadline)
 
     def close(self) -> None:
-        """Waits for the job in flight, ends the worker and frees the shared memory.
+        """Waits for the queued jobs, ends the worker and frees the shared memory.
 
-        Idempotent. Raises the job's error, as :meth:`wait`, after cleaning up.
+        Idempotent. Raises a job's error, as :meth:`wait`, after cleaning up.
         """
         if self._closed:
             return
@@ -415,11 +502,11 @@ class AsyncCheckpointWriter:
         try:
             self.wait()
         finally:
+            self._queue.clear()
             self._stop()
-            self._targets = None  # views of the buffer
-            if self._buffer is not None:
-                self._buffer.close()
-                self._buffer = None
+            for slot in self._slots:
+                slot.close()
+            self._slots = []
 
     def __enter__(self) -> AsyncCheckpointWriter:
         return self
@@ -478,9 +565,10 @@ def worker_main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=logging.WARNING)
     sock = socket.socket(fileno=int(sys.argv[-1]))
-    mm: mmap.mmap | None = None
+    mms: dict[int, mmap.mmap] = {}
     variables: list[dict[str, Any]] = []
-    views: tuple[Any, Any, dict[str, np.ndarray]] = (None, None, {})  # (variables, mm, views)
+    views: dict[int, tuple[Any, dict[str, np.ndarray]]] = {}  # slot -> (variables, views)
+    failed = False  # after a failed job, skip queued jobs until the owner says "C"
     while True:
         try:
             tag, fds, _, _ = socket.recv_fds(sock, 1, 1)
@@ -488,25 +576,39 @@ def worker_main() -> None:
             break
         if not tag:
             break
+        if tag == b"C":
+            failed = False
+            continue
         if tag == b"F":
-            views = (None, None, {})  # views of the old buffer
-            if mm is not None:
+            head = recv_frame(sock)
+            if head is None:
+                break
+            slot = int(head["slot"])
+            views.pop(slot, None)  # views of the old buffer
+            old = mms.pop(slot, None)
+            if old is not None:
                 try:
-                    mm.close()
+                    old.close()
                 except BufferError:  # a view survived; the GC unmaps it later
                     pass
-            size = os.fstat(fds[0]).st_size
-            mm = mmap.mmap(fds[0], size, prot=mmap.PROT_READ)
+            mms[slot] = mmap.mmap(fds[0], os.fstat(fds[0]).st_size, prot=mmap.PROT_READ)
             os.close(fds[0])
             continue
         job = recv_frame(sock)
         if job is None:
             break
         variables = job.get("variables") or variables
-        if views[0] is not variables or views[1] is not mm:
-            views = (variables, mm, {})  # drop the old views before making new ones
-            views = (variables, mm, _views(variables, mm))
-        reply = _run_job(job, views[2])
+        if failed:
+            reply: dict[str, Any] = {"ok": False, "type": "CancelledError",
+                                     "message": "skipped after an earlier save failed"}
+        else:
+            slot = int(job["slot"])
+            cached = views.get(slot)
+            if cached is None or cached[0] is not variables:
+                views.pop(slot, None)  # drop the old views before making new ones
+                cached = views[slot] = (variables, _views(variables, mms.get(slot)))
+            reply = _run_job(job, cached[1])
+            failed = not reply.get("ok")
         try:
             send_frame(sock, b"", reply)
         except OSError:

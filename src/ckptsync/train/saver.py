@@ -18,9 +18,11 @@ a directory sweeps the temp files of writers that died there.
 
 With ``async_save=True`` the same steps run in a writer process
 (:class:`ckptsync.checkpoint._async_writer.AsyncCheckpointWriter`): ``save`` returns once
-the values are copied into shared memory; one save is in flight at a time (the next
-``save`` waits for it); a failure is raised by the next ``save``, ``wait_until_finished``,
-``restore`` or ``close``, and the state file never names a checkpoint that was not fully
+the values are copied into shared memory; saves are written one after the other, in
+order, with a few queued at most (as many copies as fit in 64 MiB, 1 to 4: a full queue
+makes ``save`` wait for the oldest); a failure is raised by a later ``save``,
+``wait_until_finished``, ``restore`` or ``close`` (the saves queued after the failed one
+are dropped with it), and the state file never names a checkpoint that was not fully
 written.
 
 Thread-safety: one Saver may be used from one thread at a time.
@@ -155,10 +157,10 @@ class Saver:
         self._is_empty = False
         self._swept_dirs: set[str] = set()
         self._require_finite = require_finite
-        # async: the writer process, and the retention state to roll back to if the
-        # save in flight fails (None when it did not record).
+        # async: the writer process, and per queued save the retention state to roll
+        # back to if it fails.
         self._writer: AsyncCheckpointWriter | None = None
-        self._rollback: list[Any] = []
+        self._rollback: list[tuple[str, Any]] = []  # (prefix, retention before it)
         if not defer_build:
             self.build()
         if async_save:
@@ -235,13 +237,12 @@ class Saver:
                 directory part or the prefix collides with it.
             ResourceExhaustedError, PermissionDeniedError, DataLossError, UnknownError: the
                 write failed (names the path); nothing partial is left and the state file
-                is unchanged. With ``async_save``: the *previous* save's failure.
+                is unchanged. With ``async_save``: an earlier queued save's failure.
         """
         var_map = self._map()
         _check_session_graph(sess, var_map)
         if self._is_empty:
             return None
-        self._finish_async()
         latest_filename = latest_filename or "checkpoint"
         if os.path.split(latest_filename)[0]:
             raise CkptsyncValueError("'latest_filename' must not contain path components")
@@ -304,6 +305,7 @@ class Saver:
             evicted, kept = self._record(prefix)
             state = StateUpdate(os.path.abspath(save_dir), os.path.abspath(prefix),
                                 [os.path.abspath(p) for p in kept], latest_filename)
+        self._writer.failed_prefix = None
         try:
             bad = self._writer.submit(os.path.abspath(prefix), named, global_step=gs,
                                       metadata=metadata, state=state,
@@ -312,17 +314,28 @@ class Saver:
             if bad is not None:
                 raise errors.InvalidArgumentError(None, None, _nonfinite_message(bad, prefix))
         except BaseException:
-            self._retention = before
+            if self._writer.failed_prefix is not None:  # an earlier queued save failed
+                self._roll_back()
+            else:  # this save was refused before anything was sent
+                self._retention = before
             raise
-        self._rollback = [before]
+        self._rollback.append((os.path.abspath(prefix), before))
+        self._trim_rollback()
+
+    def _trim_rollback(self) -> None:
+        """Forgets the rollback points of saves the writer has confirmed."""
+        pending = set(self._writer.pending) if self._writer is not None else set()
+        self._rollback = [(p, r) for p, r in self._rollback if p in pending]
 
     def _finish_async(self, timeout_s: float | None = None) -> None:
-        """Waits for the async save in flight; on failure forgets it and raises."""
+        """Waits for the queued async saves; on a failure forgets it (and the saves
+        queued after it) and raises."""
         if self._writer is None:
             return
         try:
             self._writer.wait(timeout_s)
         except errors.DeadlineExceededError:
+            self._trim_rollback()
             raise
         except BaseException:
             self._roll_back()
@@ -330,17 +343,21 @@ class Saver:
         self._rollback = []
 
     def _roll_back(self) -> None:
-        """Forgets the failed async save: retention as before it, minus checkpoints whose
-        file is gone (the worker may have died after deleting an evicted one)."""
-        if self._rollback:
-            self._retention = self._rollback[0]
+        """Forgets the failed async save and those queued after it: retention as before
+        it, minus checkpoints whose file is gone (the worker may have died after deleting
+        an evicted one)."""
+        failed = None if self._writer is None else self._writer.failed_prefix
+        points = [r for p, r in self._rollback if p == failed] or [
+            r for _, r in self._rollback[:1]]
+        if points:
+            self._retention = points[0]
             kept = self._retention.last_checkpoints_with_time
             self._retention.set_last_checkpoints_with_time(
                 [(p, t) for p, t in kept if ckpt.checkpoint_exists(p)])
         self._rollback = []
 
     def wait_until_finished(self, timeout_s: float | None = None) -> None:
-        """Blocks until the async save in flight is durable and published.
+        """Blocks until the queued async saves are durable and published.
 
         A no-op for a synchronous Saver.
 
@@ -352,10 +369,10 @@ class Saver:
         self._finish_async(timeout_s)
 
     def close(self) -> None:
-        """Waits for an async save in flight and ends the writer process. Idempotent.
+        """Waits for the queued async saves and ends the writer process. Idempotent.
 
         Raises:
-            OpError: the save in flight failed (raised after the process has ended).
+            OpError: a queued save failed (raised after the process has ended).
         """
         writer, self._writer = self._writer, None
         if writer is None:
@@ -387,7 +404,7 @@ class Saver:
         """Loads every variable of ``var_list`` from checkpoint ``save_path``.
 
         Only the ``var_list`` keys are read; other keys in the file are ignored. An
-        async save in flight is waited for first (its failure is raised).
+        queued async saves are waited for first (a failure is raised).
 
         Raises:
             ValueError: ``save_path`` is None, or no checkpoint is there ("The passed
