@@ -210,6 +210,14 @@ def _convert(key: str, spec: TensorSpec, value: Any) -> np.ndarray:
     if arr.dtype == spec.dtype:
         return np.ascontiguousarray(arr)
     kind, want = arr.dtype.kind, spec.dtype.kind
+    if want == "f" and kind in "iuf" and arr.size:
+        # The common case (JSON numbers for a float input) in two passes: cast, then one
+        # sum, which is finite only if every value is finite and in range. Otherwise the
+        # checks below say what is wrong.
+        with np.errstate(over="ignore", invalid="ignore"):
+            cast = arr.astype(spec.dtype, order="C")
+            if np.isfinite(np.add.reduce(cast, axis=None)):
+                return cast
     ok = (
         (want in "fc" and kind in "iuf")
         or (want == "c" and kind == "c")
