@@ -5,7 +5,10 @@ different values. Within one ``run`` every read of a variable sees its value at 
 of the run and assignments land when the run ends.
 
 The execution plan for a given (fetches, fed tensors) is computed once and cached; a run
-then only executes a flat list of kernel calls.
+then only executes a flat list of kernel calls. When a plan holds an op that fuses its
+inputs (``fuse_inputs``: the distributed allreduce), the producers of those inputs that
+nothing else in the run reads write their results straight into that op's buffers
+(``out=``), so no copy is needed to pack them (see :mod:`.session_fusion`).
 
 ``run(..., params=snapshot)`` reads variables from ``params`` (a mapping of variable op
 names to arrays) instead of the session's store, for that run only. This is how a server
@@ -32,8 +35,9 @@ from .errors import (
     OpError,
 )
 from .graph import Graph, Operation, Tensor, get_default_graph
-from .ops._registry import get_op_def
+from .ops._registry import FusedInputs, get_op_def
 from .session_fetch import FetchMapper
+from .session_fusion import plan_fusion
 
 __all__ = ["Session", "InteractiveSession", "get_default_session"]
 
@@ -41,14 +45,16 @@ _Step = Callable[[list[Any], "_RunContext"], None]
 
 
 class _RunContext:
-    """What stateful kernels see during one run: variable reads/writes and RNGs."""
+    """What stateful kernels see during one run: variable reads/writes, RNGs, and
+    ``scratch``, per-run state of the ops that fuse their inputs (their buffers)."""
 
-    __slots__ = ("_session", "_params", "writes")
+    __slots__ = ("_session", "_params", "writes", "scratch")
 
     def __init__(self, session: Session, params: Mapping[str, np.ndarray] | None):
         self._session = session
         self._params = params
         self.writes: dict[str, np.ndarray] = {}
+        self.scratch: dict[Any, Any] = {}
 
     def read(self, name: str) -> np.ndarray:
         if self._params is not None:
@@ -86,7 +92,10 @@ class _Plan:
         self.template = template
 
 
-def _make_step(op: Operation, slot: dict[int, int], fed: set[int]) -> _Step | None:
+def _make_step(op: Operation, slot: dict[int, int], fed: set[int], out_slot: int | None = None,
+               fused: FusedInputs | None = None) -> _Step | None:
+    """The step that runs ``op``; ``out_slot`` holds the array its kernel writes into,
+    ``fused`` replaces a fusing op's kernel."""
     d = get_op_def(op.type)
     outs = [slot[id(t)] for t in op.outputs]
     if d.kind == "noop":
@@ -104,12 +113,33 @@ def _make_step(op: Operation, slot: dict[int, int], fed: set[int]) -> _Step | No
 
         return var_step
     ins = [None if i in d.ref_inputs else slot[id(t)] for i, t in enumerate(op.inputs)]
-    fn = d.kernel
+    fn: Callable[..., Any] | None = d.kernel if fused is None else fused.run
     assert fn is not None
     attrs = dict(op.attrs)
     ins_ = [i for i in ins if i is not None]
     single = len(outs) == 1
     o = outs[0] if outs else -1
+    if out_slot is not None:
+        w = out_slot
+        if len(ins_) == 1 and not attrs:
+            a = ins_[0]
+
+            def out_step1(v: list[Any], ctx: _RunContext) -> None:
+                v[o] = fn(v[a], out=v[w])
+
+            return out_step1
+        if len(ins_) == 2:
+            a, b = ins_
+
+            def out_step2(v: list[Any], ctx: _RunContext) -> None:
+                v[o] = fn(v[a], v[b], out=v[w], **attrs)
+
+            return out_step2
+
+        def out_step(v: list[Any], ctx: _RunContext) -> None:
+            v[o] = fn(*[v[i] for i in ins_], out=v[w], **attrs)
+
+        return out_step
     if d.kind == "stateful":
         def stateful_step(v: list[Any], ctx: _RunContext) -> None:
             res = fn(ctx, op, *[None if i is None else v[i] for i in ins])
@@ -345,12 +375,16 @@ class Session:
                 slot.setdefault(id(t), len(slot))
         steps: list[_Step] = []
         step_ops: list[Operation] = []
-        template: list[Any] = [None] * len(slot)
         var_reads = [(slot[id(op.outputs[0])], op.name) for op in ordered
                      if op.type == "VariableV2" and id(op.outputs[0]) not in fed_ids]
         if var_reads:
             steps.append(_read_variables_step(var_reads))
             step_ops.append(next(op for op in ordered if op.type == "VariableV2"))
+        fusion = plan_fusion(ordered, elements, fed_ids, len(slot))
+        for op, prepare in fusion.prepare:
+            steps.append(prepare)
+            step_ops.append(op)
+        template: list[Any] = [None] * fusion.n_slots
         for op in ordered:
             if op.type == "VariableV2":
                 continue
@@ -359,7 +393,8 @@ class Session:
             if op.type == "Const":
                 template[slot[id(op.outputs[0])]] = op.attrs["value"]
                 continue
-            st = _make_step(op, slot, fed_ids)
+            st = _make_step(op, slot, fed_ids, fusion.outs.get(id(op)),
+                            fusion.fused.get(id(op)))
             if st is not None:
                 steps.append(st)
                 step_ops.append(op)

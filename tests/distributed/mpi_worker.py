@@ -10,8 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
-import ckptsync as cs
-from ckptsync import distributed as dist
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # for benchmarks/
+
+import ckptsync as cs  # noqa: E402
+from ckptsync import distributed as dist  # noqa: E402
 
 
 def checksum(values: dict[str, np.ndarray]) -> str:
@@ -51,11 +53,50 @@ def check_collectives(r: int, n: int) -> dict[str, bool]:
         np.allclose(g, np.mean([e[i] for e in every], axis=0), rtol=1e-6) if m.dtype.kind == "f"
         else np.array_equal(g, np.sum([e[i] for e in every], axis=0) // n)
         for i, (g, m) in enumerate(zip(got, mine)))
+    if n & (n - 1) == 0:  # MEAN prescales by 1/n: exact for a power of two
+        ok["MEAN_exact"] = all(
+            np.array_equal(g, np.sum([e[i] for e in every], axis=0) / m.dtype.type(n))
+            for i, (g, m) in enumerate(zip(got, mine)) if m.dtype.kind == "f")
     ok["inputs_untouched"] = all(np.array_equal(a, b) for a, b in zip(mine, rank_arrays(r)))
     got = dist.broadcast(mine, 1 % n)
     ok["broadcast"] = all(np.array_equal(g, e) for g, e in zip(got, every[1 % n]))
     ok["broadcast_object"] = dist.broadcast_object({"r": r}, 0) == {"r": 0}
     ok["allgather_object"] = dist.allgather_object(r) == list(range(n))
+    return ok
+
+
+def check_fused_gradients(r: int, n: int) -> dict[str, bool]:
+    """The benchmark's DistributedOptimizer path (gradient kernels writing into the
+    fusion buffer): the ranks' exact average, the single-process gradient of the whole
+    batch, outputs that survive the next run, the same bits on every rank."""
+    from benchmarks.bench_mpi import gradient_towers
+
+    towers = gradient_towers(0.4)
+    rows = np.random.default_rng(7).normal(size=(8 * n, 64)).astype(np.float32)
+    labels = np.arange(8 * n) % 10
+    mine = {towers.x: rows[8 * r:8 * (r + 1)], towers.y: labels[8 * r:8 * (r + 1)]}
+    ok = {}
+    with cs.Session(graph=towers.graph) as sess:
+        with towers.graph.as_default():
+            sess.run(cs.global_variables_initializer())
+        local = sess.run(towers.local, mine)
+        every = dist.allgather_object(local)
+        got = sess.run(towers.averaged, mine)
+        ok["fused"] = all(op.type == "MpiAllreduce" for op in {t.op for t in towers.averaged})
+        ok["exact_average"] = all(
+            np.array_equal(a, np.sum(gs, axis=0) / np.float32(n)) for a, gs in zip(got, zip(*every)))
+        whole = sess.run(towers.local, {towers.x: rows, towers.y: labels})
+        ok["single_process"] = all(np.allclose(a, w, rtol=1e-5, atol=1e-7)
+                                   for a, w in zip(got, whole))
+        kept = [a.copy() for a in got]
+        plain, again = sess.run([towers.plain, towers.averaged], {
+            towers.x: rows[:8], towers.y: labels[:8]})
+        ok["not_clobbered"] = all(np.array_equal(a, k) for a, k in zip(got, kept))
+        ok["plain_is_predivided"] = all(
+            np.array_equal(p, w / np.float32(n)) for p, w in zip(
+                plain, sess.run(towers.local, {towers.x: rows[:8], towers.y: labels[:8]})))
+        ok["same_bits_on_every_rank"] = len(set(dist.allgather_object(
+            checksum({str(i): a for i, a in enumerate(got + again)})))) == 1
     return ok
 
 
@@ -82,7 +123,8 @@ def build(seed: int) -> tuple[cs.Graph, object, object, object]:
 def main() -> None:
     out_dir, steps = Path(sys.argv[1]), int(sys.argv[2])
     r, n = dist.rank(), dist.size()
-    report: dict[str, object] = {"rank": r, "size": n, "collectives": check_collectives(r, n)}
+    report: dict[str, object] = {"rank": r, "size": n, "collectives": check_collectives(r, n),
+                                 "fused_gradients": check_fused_gradients(r, n)}
 
     # Broadcast: ranks initialize with different seeds; after the hook all hold rank 0's.
     g, x, y, train_op = build(seed=100 + r)

@@ -27,6 +27,11 @@ def test_allreduce_and_broadcast_are_right_for_many_fused_tensors_of_mixed_dtype
         assert all(d["collectives"].values()), d["collectives"]
 
 
+def test_gradient_kernels_write_into_the_fusion_buffer_and_give_the_exact_average(reports):
+    for d in reports:
+        assert d["fused_gradients"] and all(d["fused_gradients"].values()), d["fused_gradients"]
+
+
 def test_broadcast_makes_ranks_initialized_with_different_seeds_equal(reports):
     r0, r1 = reports
     assert r0["before"] != r1["before"], "the ranks must start different for this test"

@@ -28,6 +28,7 @@ unchanged. With N ranks:
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
@@ -42,7 +43,7 @@ from ._runtime import init, rank, size
 from .collectives import ReduceOp, allreduce, broadcast_object
 from .graph_ops import ALLREDUCE_OP_TYPE, check_same_graph
 from .hooks import BroadcastGlobalVariablesHook
-from .optimizer import allreduce_gradients
+from .optimizer import allreduce_gradients, reduced_gradients
 
 __all__ = ["DataParallel", "averaging_gradients"]
 
@@ -69,6 +70,11 @@ def averaging_gradients(graph: Graph) -> Iterator[None]:
             original = _original = Optimizer.compute_gradients
 
             def compute_gradients(self: Optimizer, *args: Any, **kwargs: Any) -> Any:
+                loss = args[0] if args else kwargs.get("loss")
+                if any(getattr(loss, "graph", None) is g for g in _graphs):
+                    # The base method honours grad_loss: MEAN folded into the seed.
+                    return reduced_gradients(functools.partial(original, self), args, kwargs,
+                                             ReduceOp.MEAN, "DistributedAllreduce")
                 gv = original(self, *args, **kwargs)
                 if gv and any(gv[0][1].graph is g for g in _graphs):
                     gv = allreduce_gradients(gv, ReduceOp.MEAN)

@@ -10,6 +10,10 @@ stay valid as long as they are held.
 ``ReduceOp.MEAN`` of floating-point arrays scales by ``1 / size`` while packing (one pass,
 no extra pass after the reduction); of integer arrays it floor-divides the sum.
 
+These functions take arrays that already exist, so they copy them into the buffer. The
+``MpiAllreduce`` graph op does better inside ``Session.run``: the kernels that produce
+its inputs write straight into its fusion buffer (:mod:`._fusion`).
+
 Without MPI (one process) every function returns copies of its inputs.
 
 Every collective must be called by all ranks in the same order with arrays of the same
@@ -64,9 +68,10 @@ def _fusion_threshold() -> int:
     return int(os.environ.get("CKPTSYNC_FUSION_THRESHOLD_BYTES", DEFAULT_FUSION_THRESHOLD_BYTES))
 
 
-def plan_buckets(arrays: Sequence[np.ndarray], threshold_bytes: int) -> list[list[int]]:
-    """Indices of ``arrays`` grouped into fusion buffers: one dtype per buffer, at most
-    ``threshold_bytes`` each (a larger array alone), in order of first appearance."""
+def plan_buckets(arrays: Sequence[Any], threshold_bytes: int) -> list[list[int]]:
+    """Indices of ``arrays`` (or of anything with ``dtype`` and ``nbytes``) grouped into
+    fusion buffers: one dtype per buffer, at most ``threshold_bytes`` each (a larger array
+    alone), in order of first appearance."""
     by_dtype: dict[np.dtype[Any], list[int]] = {}
     for i, a in enumerate(arrays):
         by_dtype.setdefault(a.dtype, []).append(i)
@@ -130,15 +135,20 @@ _POOL = _BufferPool()
 
 
 def _pack(arrays: Sequence[np.ndarray], idx: list[int], scale: float | None) -> np.ndarray:
-    """Copies the arrays into one pooled buffer (one C-level concatenate), scaled."""
+    """Copies the arrays into one pooled buffer: one C-level concatenate, or with a
+    ``scale``, one multiply per array into its slice (pack and prescale in one pass)."""
     total = sum(arrays[i].size for i in idx)
     buf = _POOL.get(arrays[idx[0]].dtype, total)
-    if len(idx) == 1:
+    if scale is not None:
+        o = 0
+        for i in idx:
+            a = arrays[i]
+            np.multiply(a.reshape(-1), scale, out=buf[o:o + a.size])
+            o += a.size
+    elif len(idx) == 1:
         np.copyto(buf, arrays[idx[0]].reshape(-1))
     else:
         np.concatenate([arrays[i].reshape(-1) for i in idx], out=buf)
-    if scale is not None:
-        buf *= scale
     return buf
 
 

@@ -1,23 +1,44 @@
-"""``DistributedOptimizer``: averages gradients across ranks before they are applied."""
+"""``DistributedOptimizer``: averages gradients across ranks before they are applied.
+
+Averaging without an extra pass: for ``MEAN`` (Horovod's ``Average``) the ``1 / size`` is
+folded into the loss's gradient seed (``grad_loss``), as ``tf.distribute`` scales each
+replica's loss, so the gradient kernels already produce ``g / size`` and the fused
+allreduce is a ``SUM`` that the kernels write straight into (no pack copy, no scaling
+pass; see :mod:`._fusion`). Gradients are linear in the seed, so for a power-of-two
+``size`` this is the same average, bit for bit, as scaling after the kernels (barring
+subnormals); for other sizes it differs by rounding only, the same on every rank. An
+optimizer whose ``compute_gradients`` is not the base one (it might drop ``grad_loss``)
+is averaged the plain way: its gradients, then one fused ``MEAN`` allreduce.
+"""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from ..errors import CkptsyncValueError
-from ..graph import Operation
+from ..graph import Operation, Tensor
+from ..ops.array_ops import constant, convert_to_tensor, ones_like
+from ..ops.math_ops import multiply
 from ..train.optimizer import Optimizer
 from ..variables import Variable
 from ._runtime import size
 from .collectives import ReduceOp
 from .graph_ops import ALLREDUCE_OP_TYPE, allreduce_tensors
 
-__all__ = ["DistributedOptimizer", "allreduce_gradients"]
+__all__ = ["DistributedOptimizer", "allreduce_gradients", "reduced_gradients"]
+
+GradsAndVars = list[tuple[Any, Variable]]
+_state = threading.local()  # .active: inside the outermost reduced_gradients call
+_GRAD_LOSS_POS = 5  # compute_gradients(loss, var_list, gate_gradients, aggregation_method,
+#                                       colocate_gradients_with_ops, grad_loss)
 
 
-def allreduce_gradients(grads_and_vars: list[tuple[Any, Variable]],
-                        op: ReduceOp = ReduceOp.MEAN,
-                        name: str = "DistributedAllreduce") -> list[tuple[Any, Variable]]:
+def allreduce_gradients(grads_and_vars: GradsAndVars, op: ReduceOp = ReduceOp.MEAN,
+                        name: str = "DistributedAllreduce") -> GradsAndVars:
     """``[(g, v)]`` with every non-None ``g`` replaced by its allreduce across ranks, all
     in one fused graph op. Identity with one rank, and for gradients that already are
     the outputs of an allreduce (so wrapping twice reduces once).
@@ -34,12 +55,63 @@ def allreduce_gradients(grads_and_vars: list[tuple[Any, Variable]],
     return gv
 
 
+def reduced_gradients(compute: Callable[..., GradsAndVars], args: tuple[Any, ...],
+                      kwargs: dict[str, Any], op: ReduceOp, name: str,
+                      predivide: bool = True) -> GradsAndVars:
+    """``compute(*args, **kwargs)`` (a ``compute_gradients`` with TF's signature),
+    reduced across ranks by one fused allreduce op.
+
+    With ``predivide`` and ``op`` MEAN, ``grad_loss`` is scaled by ``1 / size`` and the
+    op is a SUM (see the module docstring); pass ``predivide=False`` when ``compute``
+    might ignore ``grad_loss``. Only the outermost of nested calls (an optimizer wrapped
+    twice, or wrapped inside ``trainer``'s averaging block) scales and reduces. Identity
+    with one rank.
+    """
+    if size() == 1 or getattr(_state, "active", False):
+        return compute(*args, **kwargs)
+    loss = args[0] if args else kwargs.get("loss")
+    if predivide and op is ReduceOp.MEAN and isinstance(loss, Tensor) \
+            and loss.dtype.is_floating:
+        args, kwargs = _with_scaled_grad_loss(loss, args, kwargs, 1.0 / size())
+        op = ReduceOp.SUM
+    _state.active = True
+    try:
+        gv = compute(*args, **kwargs)
+    finally:
+        _state.active = False
+    return allreduce_gradients(gv, op, name=name)
+
+
+def _with_scaled_grad_loss(loss: Tensor, args: tuple[Any, ...], kwargs: dict[str, Any],
+                           scale: float) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    grad_loss = args[_GRAD_LOSS_POS] if len(args) > _GRAD_LOSS_POS else kwargs.get("grad_loss")
+    with loss.graph.as_default(), loss.graph.name_scope("predivide"):
+        if grad_loss is not None:
+            seed = multiply(convert_to_tensor(grad_loss, dtype=loss.dtype),
+                            np.asarray(scale, loss.dtype.np))
+        elif loss.shape.is_fully_defined():
+            seed = constant(np.full(loss.shape.as_list(), scale, loss.dtype.np))
+        else:
+            seed = multiply(ones_like(loss), np.asarray(scale, loss.dtype.np))
+    if len(args) > _GRAD_LOSS_POS:
+        return (*args[:_GRAD_LOSS_POS], seed, *args[_GRAD_LOSS_POS + 1:]), kwargs
+    return args, {**kwargs, "grad_loss": seed}
+
+
+def _uses_base_compute_gradients(optimizer: Optimizer) -> bool:
+    """True when ``optimizer.compute_gradients`` surely honours ``grad_loss``."""
+    while isinstance(optimizer, DistributedOptimizer):
+        optimizer = optimizer._optimizer
+    return type(optimizer).compute_gradients is Optimizer.compute_gradients
+
+
 class DistributedOptimizer(Optimizer):
     """Wraps ``optimizer`` so its gradients are averaged (``op``) across ranks, as
     Horovod's ``hvd.DistributedOptimizer``.
 
-    ``compute_gradients`` calls the wrapped optimizer's, then allreduces every non-None
-    gradient in one fused op (identity with one rank); ``apply_gradients``, slots and
+    ``compute_gradients`` calls the wrapped optimizer's (for ``Average``, with the loss's
+    gradient seed scaled by ``1 / size``: see the module docstring), then allreduces every
+    non-None gradient in one fused op (identity with one rank); ``apply_gradients``, slots and
     variables delegate to the wrapped optimizer, so checkpoints are the same as without
     the wrapper. ``minimize`` = both, as every optimizer.
 
@@ -80,9 +152,10 @@ class DistributedOptimizer(Optimizer):
         self._optimizer = optimizer
         self._op = op
 
-    def compute_gradients(self, *args: Any, **kwargs: Any) -> list[tuple[Any, Variable]]:
-        gv = self._optimizer.compute_gradients(*args, **kwargs)
-        return allreduce_gradients(gv, self._op, name=self.get_name() + "_Allreduce")
+    def compute_gradients(self, *args: Any, **kwargs: Any) -> GradsAndVars:
+        return reduced_gradients(self._optimizer.compute_gradients, args, kwargs, self._op,
+                                 self.get_name() + "_Allreduce",
+                                 predivide=_uses_base_compute_gradients(self._optimizer))
 
     def apply_gradients(self, grads_and_vars: Any, global_step: Any = None,
                         name: str | None = None) -> Operation:

@@ -15,6 +15,16 @@ Kernel kinds, which tell the session how to call a kernel:
     ``placeholder`` must be fed.
     ``variable``    yields the variable's value at the start of the run.
 
+Two optional capabilities let the session skip a copy between ops (a fused allreduce of
+hundreds of gradients, see :mod:`ckptsync.distributed`):
+    ``accepts_out`` a ``pure`` kernel that takes ``out=``, a C-contiguous array of the
+                    op's static output shape and dtype: it writes its result there and
+                    returns ``out``, or returns a new array when the result does not fit
+                    (the run's shapes or dtypes differ from the static ones).
+    ``fuse_inputs`` a ``stateful`` op's planner, called once per compiled run with the
+                    indices of the inputs whose producers could write straight into its
+                    buffers; it returns a :class:`FusedInputs` (or None: no fusion).
+
 Gradient functions take ``(op, *output_grads)`` (graph tensors, ``None`` where an output
 receives no gradient) and return one graph tensor or ``None`` per input.
 """
@@ -23,15 +33,36 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from .. import dtypes as _dtypes
 from ..errors import CkptsyncValueError
 from ..graph import Operation, Tensor, get_default_graph
 
-__all__ = ["OpDef", "register", "get_op_def", "make_op", "registered_types"]
+__all__ = ["OpDef", "FusedInputs", "register", "get_op_def", "make_op", "registered_types"]
 
 GradFn = Callable[..., Sequence["Tensor | None"]]
+
+
+class FusedInputs(Protocol):
+    """A stateful op's plan, for one compiled run, to have inputs computed in place.
+
+    The session calls :meth:`prepare` once per run before any producer runs and passes
+    its i-th array as ``out=`` to the producer of input ``direct[i]``; it then calls
+    :meth:`run` instead of the op's kernel. A producer whose result did not fit its
+    ``out`` returns a new array instead, so ``run`` must check (``arrays[i] is out``)
+    and copy what did not land in place.
+    """
+
+    @property
+    def direct(self) -> Sequence[int]: ...
+
+    def prepare(self, ctx: Any) -> Sequence[Any]: ...
+
+    def run(self, ctx: Any, op: Operation, *arrays: Any) -> Any: ...
+
+
+FusePlanner = Callable[[Operation, list[int]], "FusedInputs | None"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +77,10 @@ class OpDef:
     ref_inputs: tuple[int, ...] = field(default_factory=tuple)
     # True for ops whose gradient is defined to be absent (argmax, equal, ...).
     not_differentiable: bool = False
+    # A pure kernel that accepts ``out=`` (see the module docstring).
+    accepts_out: bool = False
+    # A stateful op that plans its inputs' buffers (see the module docstring).
+    fuse_inputs: FusePlanner | None = None
 
 
 _REGISTRY: dict[str, OpDef] = {}
@@ -58,14 +93,20 @@ def register(
     kind: str = "pure",
     ref_inputs: tuple[int, ...] = (),
     not_differentiable: bool = False,
+    accepts_out: bool = False,
+    fuse_inputs: FusePlanner | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Registers ``op_type``'s kernel (the decorated function) with its gradient."""
+    if accepts_out and kind != "pure":
+        raise CkptsyncValueError(f"Op type {op_type!r}: only pure kernels may accept out=.")
+    if fuse_inputs is not None and kind != "stateful":
+        raise CkptsyncValueError(f"Op type {op_type!r}: only stateful ops may fuse inputs.")
 
     def deco(kernel: Callable[..., Any]) -> Callable[..., Any]:
         if op_type in _REGISTRY:
             raise CkptsyncValueError(f"Op type {op_type!r} is already registered.")
         _REGISTRY[op_type] = OpDef(op_type, kernel, grad, kind, tuple(ref_inputs),
-                                   not_differentiable)
+                                   not_differentiable, accepts_out, fuse_inputs)
         return kernel
 
     return deco

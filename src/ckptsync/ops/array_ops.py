@@ -343,15 +343,27 @@ def _like(op_type: str, g: Tensor, like: Tensor) -> Tensor:
     return single(op_type, [g, like], g.dtype, like.shape)
 
 
-@register("SumToShape")
-def _sum_to_shape_kernel(g: np.ndarray, like: np.ndarray) -> np.ndarray:
+@register("SumToShape", accepts_out=True)
+def _sum_to_shape_kernel(g: np.ndarray, like: np.ndarray, out: np.ndarray | None = None
+                         ) -> np.ndarray:
+    if out is not None and (out.shape != like.shape or out.dtype != g.dtype):
+        out = None
     if g.shape == like.shape:
+        if out is not None:
+            np.copyto(out, g)
+            return out
         return g
     lead = g.ndim - like.ndim
     axes = tuple(range(lead)) + tuple(
         i + lead for i, d in enumerate(like.shape) if d == 1 and g.shape[i + lead] != 1)
-    out = g.sum(axis=axes, keepdims=True) if axes else g
-    return out.reshape(like.shape)
+    if out is None:
+        return (g.sum(axis=axes, keepdims=True) if axes else g).reshape(like.shape)
+    if axes:
+        kept = tuple(1 if i in axes else d for i, d in enumerate(g.shape))
+        g.sum(axis=axes, keepdims=True, out=out.reshape(kept))  # out is C-contiguous
+    else:
+        np.copyto(out, g.reshape(like.shape))
+    return out
 
 
 def sum_to_shape_of(g: Tensor | None, x: Tensor) -> Tensor | None:

@@ -223,9 +223,15 @@ def _grad_add_n(op: Any, g: Tensor) -> list[Any]:
     return [sum_to_shape_of(g, x) for x in op.inputs]
 
 
-@register("AddN", grad=_grad_add_n)
-def _add_n_kernel(*xs: np.ndarray) -> np.ndarray:
-    out = xs[0] + xs[1] if len(xs) > 1 else xs[0].copy()
+@register("AddN", grad=_grad_add_n, accepts_out=True)
+def _add_n_kernel(*xs: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    if out is not None and all(x.shape == out.shape and x.dtype == out.dtype for x in xs):
+        if len(xs) > 1:
+            np.add(xs[0], xs[1], out=out)
+        else:
+            np.copyto(out, xs[0])
+    else:
+        out = xs[0] + xs[1] if len(xs) > 1 else xs[0].copy()
     for x in xs[2:]:
         out += x
     return out
@@ -260,10 +266,14 @@ def _grad_matmul(op: Any, g: Tensor) -> list[Any]:
             matmul(g, a, transpose_a=True, transpose_b=True)]
 
 
-@register("MatMul", grad=_grad_matmul)
-def _matmul_kernel(a: np.ndarray, b: np.ndarray, *, transpose_a: bool, transpose_b: bool
-                   ) -> np.ndarray:
-    return np.matmul(a.T if transpose_a else a, b.T if transpose_b else b)
+@register("MatMul", grad=_grad_matmul, accepts_out=True)
+def _matmul_kernel(a: np.ndarray, b: np.ndarray, *, transpose_a: bool, transpose_b: bool,
+                   out: np.ndarray | None = None) -> np.ndarray:
+    x, y = a.T if transpose_a else a, b.T if transpose_b else b
+    if out is not None and (out.shape != (x.shape[0], y.shape[-1]) or x.dtype != out.dtype
+                            or y.dtype != out.dtype):
+        out = None
+    return np.matmul(x, y, out=out)
 
 
 def matmul(a: Any, b: Any, transpose_a: bool = False, transpose_b: bool = False,

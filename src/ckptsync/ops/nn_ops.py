@@ -120,9 +120,11 @@ def _bias_add_kernel(x: np.ndarray, b: np.ndarray) -> np.ndarray:
     return x + b
 
 
-@register("BiasAddGrad")
-def _bias_add_grad_kernel(g: np.ndarray) -> np.ndarray:
-    return g.reshape(-1, g.shape[-1]).sum(axis=0)
+@register("BiasAddGrad", accepts_out=True)
+def _bias_add_grad_kernel(g: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    if out is not None and (out.shape != g.shape[-1:] or out.dtype != g.dtype):
+        out = None
+    return g.reshape(-1, g.shape[-1]).sum(axis=0, out=out)
 
 
 def bias_add(value: Any, bias: Any, name: str | None = None) -> Tensor:
