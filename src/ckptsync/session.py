@@ -303,14 +303,65 @@ class Session:
             for key, value in feed_dict.items():
                 t = self._feed_tensor(key)
                 feeds.append((t, _convert_feed(t, value)))
-        key = (mapper.key, tuple(id(t) for t, _ in feeds))
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = self._compile(mapper.elements, [t for t, _ in feeds])
-            self._plans[key] = plan
+        plan = self._plan_for(mapper, [t for t, _ in feeds])
         values = plan.template.copy()
         for s, (_, arr) in zip(plan.feed_slots, feeds):
             values[s] = arr
+        return mapper.build(self._execute(plan, values, params))
+
+    def _plan_for(self, mapper: FetchMapper, fed: list[Tensor]) -> _Plan:
+        key = (mapper.key, tuple(id(t) for t in fed))
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._compile(mapper.elements, fed)
+            self._plans[key] = plan
+        return plan
+
+    def make_callable(self, fetches: Any, feed_list: Any = None,
+                      accept_options: bool = False) -> Callable[..., Any]:
+        """Returns a function that runs ``fetches`` with the tensors of ``feed_list`` fed
+        by position, as TF1's ``Session.make_callable``: the fetch structure, the feeds
+        and the plan are resolved once, so a call skips ``run``'s lookups.
+
+        The function takes one value per ``feed_list`` entry (converted and checked as
+        ``run`` does), and ``params=`` as ``run`` (a ckptsync extension); with
+        ``accept_options`` also ``options=`` and ``run_metadata=`` (ignored, as by
+        ``run``). It returns what ``run(fetches, ...)`` would.
+
+        Raises:
+            TypeError, ValueError, KeyError: as ``run`` for a bad fetch or feed key (now);
+                the function raises as ``run`` does (a wrong number of values:
+                CkptsyncTypeError).
+
+        Thread-safety: the function may be called from several threads at once.
+        """
+        if self._closed:
+            raise CkptsyncRuntimeError("Attempted to use a closed Session.")
+        mapper = self._mapper_for(fetches)
+        tensors = [self._feed_tensor(k) for k in (feed_list or [])]
+        plan = self._plan_for(mapper, tensors)
+        slots = list(zip(plan.feed_slots, tensors))
+
+        def call(*feed_values: Any, params: Mapping[str, np.ndarray] | None = None,
+                 **options: Any) -> Any:
+            if options and (not accept_options or set(options) - {"options", "run_metadata"}):
+                raise CkptsyncTypeError(f"unexpected arguments {sorted(options)}")
+            if len(feed_values) != len(slots):
+                raise CkptsyncTypeError(
+                    f"this callable feeds {len(slots)} tensors; got {len(feed_values)} values")
+            if self._closed:
+                raise CkptsyncRuntimeError("Attempted to use a closed Session.")
+            values = plan.template.copy()
+            for (s, t), value in zip(slots, feed_values):
+                values[s] = _convert_feed(t, value)
+            return mapper.build(self._execute(plan, values, params))
+
+        return call
+
+    def _execute(self, plan: _Plan, values: list[Any],
+                 params: Mapping[str, np.ndarray] | None) -> list[Any]:
+        """Runs ``plan`` on ``values`` (its template with the feeds in); returns the
+        fetched values in ``plan.fetch_slots`` order."""
         ctx = _RunContext(self, params)
         i = 0
         try:
@@ -326,7 +377,7 @@ class Session:
         if ctx.writes:
             with self._lock:
                 self._vars.update(ctx.writes)
-        return mapper.build([None if s is None else values[s] for s in plan.fetch_slots])
+        return [None if s is None else values[s] for s in plan.fetch_slots]
 
     def _mapper_for(self, fetches: Any) -> FetchMapper:
         """The fetch mapper, reused when the same object with the same leaves comes back

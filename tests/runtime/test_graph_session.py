@@ -168,3 +168,39 @@ def test_seeded_initial_values_are_reproducible():
         return s.run(w)
 
     np.testing.assert_array_equal(build(), build())
+
+
+def test_make_callable_runs_as_run_with_feeds_by_position() -> None:
+    import ckptsync as cs
+    from ckptsync.errors import CkptsyncRuntimeError, CkptsyncTypeError, InvalidArgumentError
+
+    g = cs.Graph()
+    with g.as_default():
+        x = cs.placeholder(cs.float32, [None, 2], name="x")
+        k = cs.placeholder(cs.float32, [], name="k")
+        w = cs.Variable(np.array([[1.0], [2.0]], np.float32), name="w")
+        y = cs.matmul(x, w) * k
+        init = cs.global_variables_initializer()
+    sess = cs.Session(graph=g)
+    sess.run(init)
+    call = sess.make_callable({"y": y, "w": w}, [x, "k:0"])
+    xv = np.array([[1.0, 1.0], [2.0, 0.0]], np.float32)
+    got = call(xv, 2.0)
+    want = sess.run({"y": y, "w": w}, {x: xv, k: 2.0})
+    np.testing.assert_array_equal(got["y"], want["y"])
+    np.testing.assert_array_equal(got["y"], [[6.0], [4.0]])
+    # params= reads variables from a snapshot for that call only, as run(params=...).
+    other = {"w": np.array([[0.0], [1.0]], np.float32)}
+    np.testing.assert_array_equal(call(xv, 1.0, params=other)["y"], [[1.0], [0.0]])
+    np.testing.assert_array_equal(call(xv, 1.0)["y"], [[3.0], [2.0]])
+    with pytest.raises(CkptsyncTypeError, match="feeds 2 tensors; got 1"):
+        call(xv)
+    with pytest.raises(InvalidArgumentError, match="x"):
+        call(np.ones((1, 3), np.float32), 1.0)  # wrong shape, as run says
+    with pytest.raises(CkptsyncTypeError, match="unexpected"):
+        call(xv, 1.0, options=None)
+    assert sess.make_callable(y, [x, k], accept_options=True)(
+        xv, 1.0, options=None, run_metadata=None).shape == (2, 1)
+    sess.close()
+    with pytest.raises(CkptsyncRuntimeError, match="closed"):
+        call(xv, 1.0)

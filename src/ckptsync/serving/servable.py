@@ -306,6 +306,10 @@ class GraphServable(Servable):
         if hasattr(self._graph, "finalize"):
             self._graph.finalize()
         self._session = Session(graph=self._graph)
+        # One callable per signature: inputs by position, the plan resolved once.
+        self._input_keys = list(self._inputs)
+        self._call = self._session.make_callable(
+            self._outputs, [self._inputs[k] for k in self._input_keys])
 
     @classmethod
     def from_model_file(cls, path: str | os.PathLike[str], device: str = "cpu:0") -> GraphServable:
@@ -330,10 +334,8 @@ class GraphServable(Servable):
     def run(
         self, params: Mapping[str, np.ndarray], inputs: Mapping[str, np.ndarray]
     ) -> dict[str, np.ndarray]:
-        feed = {self._inputs[k]: v for k, v in inputs.items()}
-        # The outputs dict is the same object each call, so the session reuses its fetch
-        # mapping and plan; params is the snapshot's read-only mapping (no copy).
-        result = self._session.run(self._outputs, feed_dict=feed, params=params)
+        # params is the snapshot's read-only mapping (no copy).
+        result = self._call(*[inputs[k] for k in self._input_keys], params=params)
         return {k: np.asarray(v) for k, v in result.items()}
 
     def close(self) -> None:
