@@ -15,10 +15,11 @@ What runs (digits MLP 64->128->128->10, ``examples/digits_mlp.py``, batch 1):
   answer. Retention keeps the last 5 checkpoints, as a Saver does.
 - Throughput: ckptsync, bare, and ckptsync while a checkpoint lands every 100 ms,
   alternating, ``--repeats`` rounds of ``--duration-s`` each.
-- Memory (MNIST MLP 784->256->256->10, 1 MiB of parameters): the proportional set size
-  (PSS, ``/proc/PID/smaps_rollup``) of the server and its checkpoint reader process,
-  summed (a snapshot's pages, shared by both, count once): after warm-up (base), its
-  peak (sampled every 2 ms during the swaps) and after ``--swaps`` swaps under load.
+- Memory (MNIST MLP 784->256->256->10, 1 MiB of parameters): anonymous + shared-memory
+  PSS (``/proc/PID/smaps_rollup``) of the server and its checkpoint reader process,
+  summed (heaps and snapshots; a snapshot's pages, shared by both, count once; library
+  pages left out): after warm-up (base), its peak (sampled every 2 ms during the swaps)
+  and after ``--swaps`` swaps under load.
 
     python benchmarks/bench_serving.py [--duration-s 2] [--repeats 5] [--publishes 200]
         [--swaps 1000]
@@ -313,17 +314,18 @@ def tree(pid: int) -> list[int]:
 
 
 def tree_pss_kib(pid: int) -> int:
-    """Proportional set size summed over the server and its children: shared pages
-    (a snapshot's memory, written by the reader process and mapped by the server) are
-    counted once."""
+    """Anonymous and shared-memory proportional set size (``Pss_Anon + Pss_Shmem``)
+    summed over the server and its children: heaps and snapshots, where a snapshot's
+    pages (written by the reader process, mapped by the server) count once. Library
+    pages are left out: their PSS changes whenever another process maps or unmaps the
+    same library."""
     total = 0
     for p in tree(pid):
         try:
             with open(f"/proc/{p}/smaps_rollup") as f:
                 for line in f:
-                    if line.startswith("Pss:"):
+                    if line.startswith(("Pss_Anon:", "Pss_Shmem:")):
                         total += int(line.split()[1])
-                        break
         except OSError:
             pass
     return total
@@ -514,7 +516,7 @@ def main() -> None:
     print(f"| reload / no reload                        | throughput {rl_rps / ck_rps:.2f}x, "
           f"p99 {rl_p99 / ck_p99:.2f}x, {len(published)} reloads, errors {errors['reload']} "
           f"| target >= 0.85x, <= 1.5x, 0 |")
-    print(f"| memory (PSS) over {args.swaps} swaps (params {params_kib:.0f} KiB) | base {base} KiB, "
+    print(f"| memory (anon+shmem PSS) over {args.swaps} swaps (params {params_kib:.0f} KiB) | base {base} KiB, "
           f"peak {peak} KiB (base + {peak - base} KiB = {(peak - base) / params_kib:.2f}x params),"
           f" end {end} KiB ({(end / base - 1) * 100:+.2f} %) | target peak <= base + 2x params, "
           f"growth <= 5 % |")

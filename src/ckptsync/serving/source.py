@@ -227,6 +227,8 @@ class CheckpointSource:
         name = os.path.basename(os.fsdecode(path))
         if _TEMP_RE.match(name):
             return  # a temp file being written: its rename (by dest path) will tell us
+        if name.endswith(".h5") and event.event_type != "deleted":
+            return  # a new data file counts once the state file names it (that rename tells us)
         try:
             self.rescan()
         except Exception:
