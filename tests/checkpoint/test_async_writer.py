@@ -161,3 +161,11 @@ def test_a_failed_save_drops_the_saves_queued_after_it(
         writer.wait(timeout_s=30)
     state = get_checkpoint_state(str(tmp_path))
     assert state is not None and state.model_checkpoint_path == str(tmp_path / "m-5")
+
+
+def test_an_empty_save_after_a_non_empty_one_is_empty(tmp_path: Path) -> None:
+    with AsyncCheckpointWriter() as writer:
+        writer.submit(str(tmp_path / "m-1"), {"w": np.ones(3)}, 1)
+        writer.submit(str(tmp_path / "m-2"), {}, 2)
+        writer.wait(timeout_s=30)
+    assert read_checkpoint(tmp_path / "m-2") == {}

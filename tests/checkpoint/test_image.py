@@ -18,7 +18,7 @@ from ckptsync.checkpoint import writer as writer_mod
 DTYPES = ["bool", "int8", "uint16", "int32", "int64", "float16", "float32", "float64",
           "complex64", "complex128"]
 KEYS = ["w", "b", "dense0/w", "dense0/w/Adam", "dense0/w/Adam_1", "dense0/b", "global_step",
-        "a/b/c/d", "x.y-z_1"]
+        "a/b/c/d", "x.y-z_1", "c", "d", "e", "f", "g", "h", "i", "j"]
 
 
 def _value(dtype: str, shape: tuple[int, ...], seed: int) -> np.ndarray:
@@ -46,7 +46,7 @@ layouts = st.dictionaries(
     st.sampled_from(KEYS),
     st.tuples(st.sampled_from(DTYPES),
               st.lists(st.integers(0, 6), max_size=3).map(tuple)),
-    min_size=1, max_size=6)
+    min_size=1, max_size=12)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -189,3 +189,40 @@ def test_a_missing_key_or_another_layout_goes_to_hdf5_which_says_what_is_wrong(
     other = write_checkpoint(tmp_path / "o-2", {**SMALL, "extra": np.zeros(2)}, 2)
     assert _fast_read.read_known(other + ".h5", None, True) is None
     assert sorted(read_checkpoint(other)) == sorted([*SMALL, "extra"])
+
+
+@pytest.mark.parametrize("n", [7, 8, 9, 20, 40, 300])
+def test_many_variables_in_one_group_are_byte_identical(tmp_path: Path, n: int) -> None:
+    """HDF5 trims free space when it closes a file: images are taken from closed files."""
+    arrays = {f"v{i:04d}": np.full((3,), i, np.float32) for i in range(n)}
+    for round_ in range(2):
+        theirs, mine = _write_both(tmp_path, f"n{n}-{round_}", arrays, round_, None)
+        assert mine == theirs
+
+
+def test_metadata_that_is_not_json_is_refused_on_both_paths(tmp_path: Path) -> None:
+    from ckptsync.checkpoint import _fast_read
+    from ckptsync.errors import DataLossError
+
+    path = _learned(tmp_path, SMALL)
+    image = next(i for i in _fast_read._recent if i.size_bytes == path.stat().st_size)
+    raw = bytearray(path.read_bytes())
+    index, at, _ = image.fields["metadata_json"]
+    raw[image.pieces[index].offset + at] = ord("!")  # '{' -> '!', checksum made valid:
+    pieces = [bytes(raw[p.offset:p.offset + len(p.data)]) for p in image.pieces]
+    fixed = image._patched({f: pieces[j][a:a + n] for f, (j, a, n) in image.fields.items()})
+    for j, buf in fixed.items():
+        raw[image.pieces[j].offset:image.pieces[j].offset + len(buf)] = buf
+    bad = tmp_path / "bad-1.h5"
+    bad.write_bytes(bytes(raw))
+    assert _fast_read.read_known(str(bad), None, True) is None
+    with pytest.raises(DataLossError, match="metadata_json is not valid JSON"):
+        read_checkpoint(tmp_path / "bad-1")
+
+
+def test_under_a_file_size_limit_the_hdf5_layout_is_used(tmp_path: Path) -> None:
+    arrays = {"w": np.ones((4, 4), np.float32), "s": np.int64(1)}
+    with mock.patch.object(writer_mod, "_raw_writes_are_safe", return_value=False), \
+            mock.patch.object(_image, "image_for", side_effect=AssertionError("image")):
+        write_checkpoint(tmp_path / "m-1", arrays, 1)
+    np.testing.assert_array_equal(read_checkpoint(tmp_path / "m-1")["w"], arrays["w"])

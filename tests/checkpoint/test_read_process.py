@@ -100,3 +100,30 @@ def test_closed_reader_refuses(tmp_path: Path) -> None:
     with pytest.raises(ProcessLookupError):
         assert pid is not None
         os.kill(pid, 0)
+
+
+def test_close_is_bounded_while_a_read_is_stuck(tmp_path: Path) -> None:
+    import threading
+    import time
+
+    prefix = write_checkpoint(tmp_path / "m-1", ARRAYS, 1)
+    reader = CheckpointReadProcess()
+    reader.read(prefix, ["step"])  # the worker is up
+    assert reader.pid is not None
+    os.kill(reader.pid, signal.SIGSTOP)  # as a read hung on a dead file system
+    errors: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            reader.read(prefix, ["step"])
+        except BaseException as e:
+            errors.append(e)
+
+    t = threading.Thread(target=read)
+    t.start()
+    time.sleep(0.2)
+    start = time.monotonic()
+    reader.close()
+    t.join(10)
+    assert time.monotonic() - start < 5 and not t.is_alive()
+    assert len(errors) == 1 and isinstance(errors[0], CkptsyncRuntimeError)

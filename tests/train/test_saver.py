@@ -260,3 +260,19 @@ def test_async_queued_saves_roll_back_from_the_failed_one(
         saver.save(sess, str(tmp_path / "m"), global_step=5)
     assert ckpt.latest_checkpoint(str(tmp_path)) == str(tmp_path / "m-5")
     assert sorted(os.listdir(tmp_path)) == ["checkpoint", "m-1.h5", "m-2.h5", "m-5.h5"]
+
+
+def test_close_with_a_queued_failure_keeps_the_saves_confirmed_before_it(
+        model: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ckptsync.errors import DataLossError
+    from tests.checkpoint.test_async_writer import _slow_worker
+
+    sess, _ = model
+    _slow_worker(monkeypatch, fail_prefix_part="m-3")
+    saver = cs.train.Saver(max_to_keep=10, async_save=True)
+    for step in (1, 2, 3, 4):
+        saver.save(sess, str(tmp_path / "m"), global_step=step)
+    with pytest.raises(DataLossError, match="m-3: EIO"):
+        saver.close()
+    assert saver.last_checkpoints == [str(tmp_path / "m-1"), str(tmp_path / "m-2")]
+    assert ckpt.latest_checkpoint(str(tmp_path)) == str(tmp_path / "m-2")

@@ -465,7 +465,8 @@ class AsyncCheckpointWriter:
                 raise UnknownError(
                     None, None,
                     f"The checkpoint writer process (pid {pid}) died while writing {prefix}; "
-                    f"that checkpoint was not saved (the state file does not name it)"
+                    f"that checkpoint is not counted as saved (the state file names it only "
+                    f"if it was fully written)"
                     + (f", nor the {len(dropped)} queued after it." if dropped else "."))
             while self._queue:
                 self._queue.popleft()
@@ -597,7 +598,8 @@ def worker_main() -> None:
         job = recv_frame(sock)
         if job is None:
             break
-        variables = job.get("variables") or variables
+        if "variables" in job:  # a new layout (possibly empty); else the last one
+            variables = job["variables"]
         if failed:
             reply: dict[str, Any] = {"ok": False, "type": "CancelledError",
                                      "message": "skipped after an earlier save failed"}

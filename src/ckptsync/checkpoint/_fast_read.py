@@ -17,6 +17,7 @@ Thread-safety: both functions may be called from several threads.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import sys
@@ -120,6 +121,10 @@ def _read(fd: int, candidates: list[_image.MetadataImage], names: Sequence[str] 
             if raw is not None:
                 break
     else:
+        return None
+    # What CheckpointReader refuses in the header, refused here too (then HDF5 says so).
+    meta = json.loads(raw["metadata_json"].rstrip(b"\0").decode("utf-8"))
+    if not isinstance(meta, dict):
         return None
     offsets = {key: off for off, key in image.regions}
     index_at = offsets.get(_format.INDEX_DATASET)

@@ -26,7 +26,6 @@ _LIBVER_CONST = {
     "v110": h5py.h5f.LIBVER_V110,
     "latest": h5py.h5f.LIBVER_LATEST,
 }
-_CORE_BLOCK_BYTES = 64 * 1024
 
 
 class H5Writer:
@@ -39,21 +38,16 @@ class H5Writer:
     and the groups that exist are tracked in a set instead of asked of HDF5.
 
     Args:
-        path: the file to create exclusively; with ``in_memory`` only a name.
-        in_memory: build the file in memory (HDF5's core driver, no backing store);
-            :meth:`image` returns its bytes.
+        path: the file to create exclusively.
     """
 
-    def __init__(self, path: str, in_memory: bool = False):
+    def __init__(self, path: str):
         h5p, h5t = h5py.h5p, h5py.h5t
         fapl = h5p.create(h5p.FILE_ACCESS)
         low, high = (_LIBVER_CONST[v] for v in _format.LIBVER)
         fapl.set_libver_bounds(low, high)
         fapl.set_alignment(1, 1)
-        if in_memory:
-            fapl.set_fapl_core(_CORE_BLOCK_BYTES, False)
-        else:
-            fapl.set_file_locking(False, ignore_when_disabled=False)
+        fapl.set_file_locking(False, ignore_when_disabled=False)
         # Closing the file closes every object still open in it (an exception path may
         # leave some), so the raw writes below always follow HDF5's last write.
         fapl.set_fclose_degree(h5py.h5f.CLOSE_STRONG)
@@ -84,11 +78,6 @@ class H5Writer:
 
     def close(self) -> None:
         self.fid.close()
-
-    def image(self) -> bytes:
-        """The whole file's bytes (``in_memory`` files), after flushing HDF5's caches."""
-        h5py.h5f.flush(self.fid)
-        return bytes(self.fid.get_file_image())
 
     def _types_of(self, dtype: np.dtype) -> tuple[Any, Any]:
         """(file type, memory type) as h5py makes them: ``py_create(dt, logical=True)``

@@ -8,8 +8,8 @@ on a few fixed-size values that change from save to save: the root attributes
 the metadata through HDF5 costs ~80 µs per variable, which for a small model is most of
 a save.
 
-So the first save of a layout builds the file twice in memory with HDF5 itself (core
-driver, :func:`._h5layout.write_layout`, exactly what the plain writer does), with two
+So the first save of a layout builds the file twice with HDF5 itself (in a scratch file
+in RAM, :func:`._h5layout.write_layout`, exactly what the plain writer does), with two
 different sets of random sentinel values, and learns from them:
 
 - where each value lies (its sentinel occurs exactly once in the image),
@@ -35,11 +35,13 @@ immutable once built.
 from __future__ import annotations
 
 import collections
+import contextlib
 import ctypes
 import logging
 import os
 import secrets
 import struct
+import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -309,13 +311,25 @@ def _sentinels(template: RootValues, names: Sequence[str]) -> RootValues:
 
 def _build_image(values: RootValues, names: Sequence[str], arrays: Mapping[str, np.ndarray],
                  paths: Mapping[str, str]) -> tuple[bytearray, dict[str, int | None]]:
+    """The file HDF5 writes for this save, closed (closing trims the unused space at the
+    end, as the plain writer's files are), in a scratch file in RAM where possible; the
+    data regions stay holes."""
     stand_ins = {n: _stand_in(arrays[n]) for n in names}
-    w = H5Writer(f"ckptsync-image-{secrets.token_hex(8)}", in_memory=True)
+    scratch = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    fd, path = tempfile.mkstemp(prefix="ckptsync-image-", suffix=".h5", dir=scratch)
+    os.close(fd)
+    os.unlink(path)  # H5Writer creates it exclusively
     try:
-        _, where = write_layout(w, values, names, stand_ins, paths, raw=True)
-        return bytearray(w.image()), where
+        w = H5Writer(path)
+        try:
+            _, where = write_layout(w, values, names, stand_ins, paths, raw=True)
+        finally:
+            w.close()
+        with open(path, "rb") as f:
+            return bytearray(f.read()), where
     finally:
-        w.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
 
 
 def _stand_in(arr: np.ndarray) -> np.ndarray:

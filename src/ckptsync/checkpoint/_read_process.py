@@ -27,6 +27,7 @@ reads run one at a time.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import mmap
 import os
@@ -56,6 +57,7 @@ READER_COMMAND: list[str] = [
 ]
 _ALIGN_BYTES = 64
 _CLOSE_TIMEOUT_S = 10.0
+_CLOSE_LOCK_WAIT_S = 1.0
 
 
 def _shutdown(proc: subprocess.Popen[bytes], sock: socket.socket) -> None:
@@ -144,6 +146,9 @@ class CheckpointReadProcess:
                 reply, fds, pid = self._ask(prefix, names)
                 if reply is not None:
                     break
+                if self._closed:
+                    raise CkptsyncRuntimeError(
+                        f"The checkpoint reader process was closed while reading {prefix}.h5.")
                 logger.warning("checkpoint reader process %s died reading %s.h5%s", pid, prefix,
                                "; retrying" if attempt == 0 else "")
             else:
@@ -179,10 +184,20 @@ class CheckpointReadProcess:
         return reply, fds, pid
 
     def close(self) -> None:
-        """Ends the worker. Idempotent; arrays already returned stay valid."""
-        with self._lock:
-            self._closed = True
-            self._stop()
+        """Ends the worker. Idempotent; arrays already returned stay valid. Bounded: a
+        read that is stuck (e.g. on a hung file system) has its worker killed, and then
+        raises CkptsyncRuntimeError."""
+        self._closed = True
+        if self._lock.acquire(timeout=_CLOSE_LOCK_WAIT_S):
+            try:
+                self._stop()
+            finally:
+                self._lock.release()
+            return
+        proc = self._proc
+        if proc is not None:
+            with contextlib.suppress(OSError):
+                proc.kill()  # the stuck read sees the worker die, and stops
 
     def __enter__(self) -> CheckpointReadProcess:
         return self

@@ -181,13 +181,16 @@ def write_checkpoint(
         hashes=[e.xxh3_64 for e in entries], index=index,
         index_hash=_format.hash_array(index))
     names = [e.name for e in entries]
-    image = _image.image_for(values, names, prepared, paths) if USE_METADATA_IMAGES else None
+    raw = _raw_writes_are_safe()
+    # Images reproduce the raw-write layout, so they are used only where HDF5 would
+    # write that layout too.
+    image = _image.image_for(values, names, prepared, paths) if (
+        USE_METADATA_IMAGES and raw) else None
 
     def write(tmp: str) -> None:
         if image is not None:
             image.write(tmp, values, names, prepared)
             return
-        raw = _raw_writes_are_safe()
         w = H5Writer(tmp)
         try:
             offsets, _ = write_layout(w, values, names, prepared, paths, raw)

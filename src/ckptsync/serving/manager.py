@@ -182,14 +182,14 @@ class ModelManager(_VersionBook):
             self._stop = True
             self._cond.notify_all()
         self._freed.set()
+        if self._reader is not None:
+            self._reader.close()  # bounded: a stuck read has its worker killed
         if self._thread is not None:
             # A load stuck in a user's gate or a hung read cannot be interrupted: give it a
             # moment, then leave the (daemon) thread behind so shutdown stays bounded.
             self._thread.join(timeout=self._close_timeout_s)
             if self._thread.is_alive():
                 logger.warning("the loader thread is still busy (a stuck load); not waiting")
-        if self._reader is not None:
-            self._reader.close()
 
     def __enter__(self) -> ModelManager:
         return self.start()
@@ -429,6 +429,8 @@ class ModelManager(_VersionBook):
                 )
                 return
         with self._cond:
+            if self._stop:  # closed while loading: serve nothing new
+                return
             old, self._current = self._current, snap  # the swap
             rec.state, rec.error_code, rec.error_message = VersionState.AVAILABLE, 0, ""
             rec.failures, rec.retry_at_s = 0, 0.0

@@ -342,11 +342,13 @@ class Saver:
             raise
         self._rollback = []
 
-    def _roll_back(self) -> None:
-        """Forgets the failed async save and those queued after it: retention as before
-        it, minus checkpoints whose file is gone (the worker may have died after deleting
-        an evicted one)."""
-        failed = None if self._writer is None else self._writer.failed_prefix
+    def _roll_back(self, failed: str | None = None) -> None:
+        """Forgets the failed async save (``failed``, default the writer's
+        ``failed_prefix``) and those queued after it: retention as before it, minus
+        checkpoints whose file is gone (the worker may have died after deleting an
+        evicted one)."""
+        if failed is None and self._writer is not None:
+            failed = self._writer.failed_prefix
         points = [r for p, r in self._rollback if p == failed] or [
             r for _, r in self._rollback[:1]]
         if points:
@@ -380,7 +382,7 @@ class Saver:
         try:
             writer.wait()
         except BaseException:
-            self._roll_back()
+            self._roll_back(writer.failed_prefix)
             raise
         finally:
             self._rollback = []
