@@ -103,7 +103,7 @@ def _slow_worker(monkeypatch: pytest.MonkeyPatch, fail_prefix_part: str = "") ->
 
     code = (
         "import time\n"
-        "from ckptsync.checkpoint import _async_writer as a\n"
+        "from ckptsync.checkpoint import _async_worker as a\n"
         "orig = a._run_job\n"
         "def slow(job, arrays):\n"
         "    time.sleep(0.3)\n"

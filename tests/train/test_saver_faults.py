@@ -221,7 +221,7 @@ def _model(tmp_path: Path) -> tuple[Any, Any]:
 
 
 def _wrapped_worker(monkeypatch: pytest.MonkeyPatch, prelude: str) -> None:
-    code = prelude + "\nfrom ckptsync.checkpoint._async_writer import worker_main; worker_main()"
+    code = prelude + "\nfrom ckptsync.checkpoint._async_worker import worker_main; worker_main()"
     monkeypatch.setattr(_async_writer, "WORKER_COMMAND", [sys.executable, "-c", code])
 
 

@@ -36,7 +36,6 @@ import logging
 import mmap
 import os
 import select
-import signal
 import socket
 import subprocess
 import sys
@@ -52,9 +51,9 @@ import numpy as np
 from .. import errors
 from ..errors import CkptsyncRuntimeError, CkptsyncValueError, UnknownError
 from . import _format
-from ._ipc import error_from_reply, error_reply, new_shared_fd, recv_frame, send_frame
+from ._ipc import error_from_reply, new_shared_fd, recv_frame, send_frame
 
-__all__ = ["AsyncCheckpointWriter", "StateUpdate", "worker_main"]
+__all__ = ["AsyncCheckpointWriter", "StateUpdate"]
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +62,7 @@ logger = logging.getLogger(__name__)
 WORKER_COMMAND: list[str] = [
     sys.executable,
     "-c",
-    "from ckptsync.checkpoint._async_writer import worker_main; worker_main()",
+    "from ckptsync.checkpoint._async_worker import worker_main; worker_main()",
 ]
 _ALIGN_BYTES = 64
 _GROW_BYTES = 1 << 20
@@ -519,100 +518,3 @@ class AsyncCheckpointWriter:
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-
-# -- the worker process -------------------------------------------------------------
-def _views(variables: list[dict[str, Any]], mm: mmap.mmap | None) -> dict[str, np.ndarray]:
-    arrays = {}
-    for v in variables:
-        dtype = np.dtype(v["dtype"])
-        count = int(np.prod(v["shape"], dtype=np.int64))
-        if count and mm is not None:
-            flat = np.frombuffer(mm, dtype=dtype, count=count, offset=v["offset"])
-        else:
-            flat = np.empty(0, dtype)
-        arrays[v["name"]] = flat.reshape(v["shape"])
-    return arrays
-
-
-def _run_job(job: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> dict[str, Any]:
-    from .management import remove_checkpoint
-    from .state import update_checkpoint_state
-    from .writer import write_checkpoint
-
-    try:
-        state = job["state"]
-        write_checkpoint(job["prefix"], arrays, job["global_step"], job["metadata"],
-                         sync_directory=state is None)
-        if state is not None:
-            update_checkpoint_state(
-                state["save_dir"],
-                state["model_checkpoint_path"],
-                all_model_checkpoint_paths=state["all_model_checkpoint_paths"],
-                latest_filename=state["latest_filename"],
-            )
-    except Exception as e:
-        return error_reply(e)
-    for old in job["delete"]:
-        try:
-            remove_checkpoint(old)
-        except Exception as e:  # as TF1: logged, not raised
-            logger.warning("Ignoring error deleting checkpoint %s: %s", old, e)
-    return {"ok": True}
-
-
-def worker_main() -> None:
-    """Entry point of the writer process: ``WORKER_COMMAND + [socket fd]``."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    logging.basicConfig(level=logging.WARNING)
-    sock = socket.socket(fileno=int(sys.argv[-1]))
-    mms: dict[int, mmap.mmap] = {}
-    variables: list[dict[str, Any]] = []
-    views: dict[int, tuple[Any, dict[str, np.ndarray]]] = {}  # slot -> (variables, views)
-    failed = False  # after a failed job, skip queued jobs until the owner says "C"
-    while True:
-        try:
-            tag, fds, _, _ = socket.recv_fds(sock, 1, 1)
-        except OSError:
-            break
-        if not tag:
-            break
-        if tag == b"C":
-            failed = False
-            continue
-        if tag == b"F":
-            head = recv_frame(sock)
-            if head is None:
-                break
-            slot = int(head["slot"])
-            views.pop(slot, None)  # views of the old buffer
-            old = mms.pop(slot, None)
-            if old is not None:
-                try:
-                    old.close()
-                except BufferError:  # a view survived; the GC unmaps it later
-                    pass
-            mms[slot] = mmap.mmap(fds[0], os.fstat(fds[0]).st_size, prot=mmap.PROT_READ)
-            os.close(fds[0])
-            continue
-        job = recv_frame(sock)
-        if job is None:
-            break
-        if "variables" in job:  # a new layout (possibly empty); else the last one
-            variables = job["variables"]
-        if failed:
-            reply: dict[str, Any] = {"ok": False, "type": "CancelledError",
-                                     "message": "skipped after an earlier save failed"}
-        else:
-            slot = int(job["slot"])
-            cached = views.get(slot)
-            if cached is None or cached[0] is not variables:
-                views.pop(slot, None)  # drop the old views before making new ones
-                cached = views[slot] = (variables, _views(variables, mms.get(slot)))
-            reply = _run_job(job, cached[1])
-            failed = not reply.get("ok")
-        try:
-            send_frame(sock, b"", reply)
-        except OSError:
-            break
-    sock.close()

@@ -232,89 +232,79 @@ def _map(reply: dict[str, Any], fd: int | None) -> dict[str, np.ndarray]:
 
 
 # -- the worker process -------------------------------------------------------------
+class _SharedBlock:
+    """The arrays of one read, laid out (64-byte aligned) in a fresh memfd."""
+
+    def __init__(self, names: Sequence[str]):
+        self.names = list(names)
+        self.fd: int | None = None
+        self.mm: mmap.mmap | None = None
+        self.layout: list[dict[str, Any]] = []
+        self.size = 0
+
+    def outs(self, entries: Sequence[Any]) -> list[np.ndarray]:
+        """Arrays of the entries' shapes and dtypes, views of the block."""
+        offset = 0
+        for name, e in zip(self.names, entries):
+            self.layout.append({"name": name, "dtype": e.dtype.name, "shape": list(e.shape),
+                                "offset": offset})
+            offset += -(-e.nbytes // _ALIGN_BYTES) * _ALIGN_BYTES
+        self.size = offset
+        if not offset:
+            return [np.empty(e.shape, e.dtype) for e in entries]
+        self.fd = new_shared_fd(offset, "ckptsync-read")
+        self.mm = mmap.mmap(self.fd, offset)
+        flat = np.frombuffer(self.mm, dtype=np.uint8)
+        return [flat[v["offset"]: v["offset"] + e.nbytes].view(e.dtype).reshape(e.shape)
+                for v, e in zip(self.layout, entries)]
+
+    def release(self, keep_fd: bool) -> int | None:
+        """Unmaps the block here; returns its fd (to send) or closes it."""
+        if self.mm is not None:
+            with contextlib.suppress(BufferError):  # a failed read's traceback holds
+                self.mm.close()  # views: the mapping goes when they do
+            self.mm = None
+        fd, self.fd = self.fd, None
+        if fd is not None and not keep_fd:
+            os.close(fd)
+            return None
+        return fd
+
+    def reply(self) -> dict[str, Any]:
+        return {"ok": True, "size": self.size, "variables": self.layout}
+
+
 def _read_job(request: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
+    """Reads a request's variables into a shared block: a learned layout without HDF5
+    (``_fast_read``), else through ``CheckpointReader`` (which then teaches its layout)."""
     from . import _fast_read
     from ._format import data_path
     from .reader import CheckpointReader, _key_not_found
 
     prefix, names = request["prefix"], list(request["names"])
-    fd: int | None = None
+    block = _SharedBlock(names)
     try:
-        known = _read_known(data_path(prefix), names)
-        if known is not None:
-            return known
+        known = _fast_read.read_known(data_path(prefix), names, True, block.outs)
+    except Exception:  # an optimisation only: HDF5 reads it and says what is wrong
+        known = None
+    if known is not None:
+        del known
+        return block.reply(), block.release(keep_fd=True)
+    block.release(keep_fd=False)
+    block = _SharedBlock(names)
+    try:
         with CheckpointReader(prefix) as reader:
             for name in names:
                 if not reader.has_tensor(name):
                     raise _key_not_found(name, reader.path)
-            entries = [reader._index[n] for n in names]
-            layout, size = _layout(names, entries)
-            if size:
-                fd = new_shared_fd(size, "ckptsync-read")
-                mm = mmap.mmap(fd, size)
-                flat = np.frombuffer(mm, dtype=np.uint8)
-                outs = [flat[v["offset"]: v["offset"] + e.nbytes].view(e.dtype).reshape(e.shape)
-                        for v, e in zip(layout, entries)]
-                try:
-                    reader._read_tensors(names, verify=True, outs=outs)
-                finally:
-                    del outs, flat
-                    try:
-                        mm.close()
-                    except BufferError:  # a failed read's traceback holds views: the
-                        pass  # mapping goes when they do
-            else:
-                reader._read_tensors(names, verify=True)
+            outs = block.outs([reader._index[n] for n in names])
+            reader._read_tensors(names, verify=True, outs=outs)
+            del outs
             _fast_read.learn(reader)
     except Exception as e:
-        if fd is not None:
-            os.close(fd)
+        block.release(keep_fd=False)
         return error_reply(e), None
-    return {"ok": True, "size": size, "variables": layout}, fd
-
-
-def _layout(names: Sequence[str], entries: Sequence[Any]) -> tuple[list[dict[str, Any]], int]:
-    layout, size = [], 0
-    for name, e in zip(names, entries):
-        layout.append({"name": name, "dtype": e.dtype.name, "shape": list(e.shape),
-                       "offset": size})
-        size += -(-e.nbytes // _ALIGN_BYTES) * _ALIGN_BYTES
-    return layout, size
-
-
-def _read_known(path: str, names: list[str]) -> tuple[dict[str, Any], int | None] | None:
-    """A learned layout's file read straight into shared memory (``_fast_read``); None
-    when HDF5 must read it."""
-    from . import _fast_read
-
-    made: dict[str, Any] = {}
-
-    def outs_for(entries: list[Any]) -> list[np.ndarray]:
-        layout, size = _layout(names, entries)
-        made["layout"], made["size"] = layout, size
-        if not size:
-            return [np.empty(e.shape, e.dtype) for e in entries]
-        made["fd"] = new_shared_fd(size, "ckptsync-read")
-        made["mm"] = mm = mmap.mmap(made["fd"], size)
-        flat = np.frombuffer(mm, dtype=np.uint8)
-        return [flat[v["offset"]: v["offset"] + e.nbytes].view(e.dtype).reshape(e.shape)
-                for v, e in zip(layout, entries)]
-
-    try:
-        ok = _fast_read.read_known(path, names, True, outs_for) is not None
-    except Exception:
-        ok = False
-    if "mm" in made:
-        try:
-            made.pop("mm").close()
-        except BufferError:  # views still referenced (a failed read): freed with them
-            pass
-    fd = made.get("fd")
-    if not ok:
-        if fd is not None:
-            os.close(fd)
-        return None
-    return {"ok": True, "size": made["size"], "variables": made["layout"]}, fd
+    return block.reply(), block.release(keep_fd=True)
 
 
 def reader_main() -> None:
