@@ -10,7 +10,7 @@ import pytest
 
 from ckptsync.checkpoint import get_checkpoint_state, read_checkpoint
 from ckptsync.checkpoint._async_writer import AsyncCheckpointWriter, StateUpdate
-from ckptsync.errors import CkptsyncRuntimeError, CkptsyncTypeError
+from ckptsync.errors import CkptsyncRuntimeError, CkptsyncTypeError, InvalidArgumentError
 
 
 def _arrays(scale: int) -> dict[str, np.ndarray]:
@@ -57,20 +57,24 @@ def test_bad_input_is_refused_before_anything_is_sent(tmp_path: Path) -> None:
     assert os.listdir(tmp_path) == []
 
 
-def test_require_finite_finds_the_bad_variable_and_sends_nothing(tmp_path: Path) -> None:
+def test_require_finite_refuses_the_bad_variable_and_writes_nothing(tmp_path: Path) -> None:
     arrays = {"a": np.ones(10, np.float32), "step": np.int64(3), "b": np.ones((4, 5), np.float32),
               "c": np.ones(3, np.complex64), "d": np.full(2, 3e38, np.float32)}
     with AsyncCheckpointWriter() as writer:
         # Finite values whose sum overflows to inf are not refused.
-        assert writer.submit(str(tmp_path / "m-1"), arrays, require_finite=True) is None
+        writer.submit(str(tmp_path / "m-1"), arrays, require_finite=True)
         writer.wait()
         for key, bad in [("b", np.nan), ("c", np.inf * 1j), ("a", -np.inf)]:
             broken = {k: v.copy() for k, v in arrays.items()}
             broken[key].flat[-1] = bad
-            assert writer.submit(str(tmp_path / f"m-{key}"), broken, require_finite=True) == key
+            writer.submit(str(tmp_path / f"m-{key}"), broken, require_finite=True)
+            with pytest.raises(InvalidArgumentError,
+                               match=f"Variable {key} holds NaN or Inf.*m-{key}"):
+                writer.wait()
+            assert writer.failed_prefix == str(tmp_path / f"m-{key}")
             assert writer.in_flight is None
         # Without the check the same values are written as given.
-        assert writer.submit(str(tmp_path / "m-2"), broken) is None
+        writer.submit(str(tmp_path / "m-2"), broken)
         writer.wait()
     assert sorted(os.listdir(tmp_path)) == ["m-1.h5", "m-2.h5"]
     assert np.isneginf(read_checkpoint(tmp_path / "m-2")["a"][-1])

@@ -230,7 +230,9 @@ def test_require_finite_refuses_nan_and_keeps_the_last_good_state(
         saver.wait_until_finished()
         _set(sess, v["b"], np.array([0.0, np.nan, 0.0], np.float32))
         with pytest.raises(InvalidArgumentError, match="dense0/b holds NaN or Inf.*m-2"):
+            # async: the writer process refuses it; the refusal comes with the wait
             saver.save(sess, str(tmp_path / "m"), global_step=2)
+            saver.wait_until_finished()
         saver.wait_until_finished()
         assert saver.last_checkpoints == [good]
         assert ckpt.latest_checkpoint(str(tmp_path)) == good

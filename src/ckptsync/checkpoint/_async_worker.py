@@ -40,11 +40,21 @@ def _views(variables: list[dict[str, Any]], mm: mmap.mmap | None) -> dict[str, n
 
 
 def _run_job(job: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """Writes one job's data file, then its state file, then deletes the evicted
+    checkpoints; a NaN/Inf with ``require_finite`` refuses the job before any write."""
+    from ..errors import InvalidArgumentError
+    from ._format import first_nonfinite
     from .management import remove_checkpoint
     from .state import update_checkpoint_state
     from .writer import write_checkpoint
 
     try:
+        if job.get("require_finite"):
+            bad = first_nonfinite(arrays)
+            if bad is not None:
+                raise InvalidArgumentError(
+                    None, None, f"Variable {bad} holds NaN or Inf; refusing to save "
+                    f"checkpoint {job['prefix']} (require_finite).")
         state = job["state"]
         write_checkpoint(job["prefix"], arrays, job["global_step"], job["metadata"],
                          sync_directory=state is None)

@@ -35,7 +35,6 @@ import functools
 import logging
 import mmap
 import os
-import select
 import socket
 import subprocess
 import sys
@@ -51,7 +50,7 @@ import numpy as np
 from .. import errors
 from ..errors import CkptsyncRuntimeError, CkptsyncValueError, UnknownError
 from . import _format
-from ._ipc import error_from_reply, new_shared_fd, recv_frame, send_frame
+from ._ipc import NOT_READY, FrameReader, error_from_reply, new_shared_fd, send_frame
 
 __all__ = ["AsyncCheckpointWriter", "StateUpdate"]
 
@@ -138,22 +137,6 @@ class _Layout:
     size_bytes: int
 
     @functools.cached_property
-    def float_spans(self) -> list[tuple[int, int, np.dtype, list[int]]]:
-        """``(start, end, dtype, entry indexes)`` of each run of consecutive entries of
-        one floating-point (or complex) dtype, as byte offsets into the buffer."""
-        spans: list[tuple[int, int, np.dtype, list[int]]] = []
-        for i, (e, dtype, _, nbytes) in enumerate(self.views):
-            if dtype.kind not in "fc" or not nbytes:
-                continue
-            start, end = e["offset"], e["offset"] + nbytes
-            if spans and spans[-1][2] == dtype and spans[-1][3][-1] == i - 1:
-                # The bytes between the last member and this one are alignment zeros.
-                spans[-1] = (spans[-1][0], end, dtype, [*spans[-1][3], i])
-            else:
-                spans.append((start, end, dtype, [i]))
-        return spans
-
-    @functools.cached_property
     def views(self) -> list[tuple[dict[str, Any], np.dtype, tuple[int, ...], int]]:
         out = []
         for e in self.entries:
@@ -220,6 +203,7 @@ class AsyncCheckpointWriter:
         self._max_in_flight = max_in_flight
         self._proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
+        self._reader: FrameReader | None = None
         self._finalizer: weakref.finalize[Any, Any] | None = None
         self._slots: list[_Slot] = []
         self._layout: _Layout | None = None
@@ -243,7 +227,7 @@ class AsyncCheckpointWriter:
             raise
         finally:
             child.close()
-        self._proc, self._sock = proc, parent
+        self._proc, self._sock, self._reader = proc, parent, FrameReader(parent)
         self._layout_sent = False
         for slot in self._slots:
             slot.sent = False
@@ -252,7 +236,7 @@ class AsyncCheckpointWriter:
     def _stop(self) -> None:
         if self._finalizer is not None:
             self._finalizer()  # closes the socket and reaps the worker, once
-        self._proc = self._sock = self._finalizer = None
+        self._proc = self._sock = self._finalizer = self._reader = None
 
     @property
     def pid(self) -> int | None:
@@ -284,7 +268,7 @@ class AsyncCheckpointWriter:
         state: StateUpdate | None = None,
         delete: Sequence[str] = (),
         require_finite: bool = False,
-    ) -> str | None:
+    ) -> None:
         """Copies ``arrays`` and queues writing ``prefix``; waits only for a free slot.
 
         Returns once the values are copied; the caller may change ``arrays`` then. The
@@ -298,13 +282,9 @@ class AsyncCheckpointWriter:
             global_step, metadata: as for :func:`write_checkpoint`.
             state: the state file to publish after the data file is durable.
             delete: evicted checkpoint prefixes to remove after the state file.
-            require_finite: check the copy for NaN/Inf in floating-point variables
-                (a few reductions over the shared buffer instead of one per variable);
-                if there is one, nothing is sent.
-
-        Returns:
-            None once the job is queued; with ``require_finite``, the key of the first
-            variable holding a NaN or Inf instead (and nothing is written).
+            require_finite: the worker refuses to write the copy if a floating-point
+                variable holds NaN or Inf; the refusal is that job's failure
+                (InvalidArgumentError naming the variable), raised like a write error.
 
         Raises:
             CkptsyncTypeError, CkptsyncValueError: bad keys, dtypes, step or metadata
@@ -334,7 +314,7 @@ class AsyncCheckpointWriter:
         depth = self._depth(layout.size_bytes)
         while len(self._queue) >= depth:
             self._collect(block=True, count=1)
-        if self._proc is not None and self._proc.poll() is not None and not self._queue:
+        if not self._queue and self._proc is not None and self._proc.poll() is not None:
             self._stop()  # died while idle: nothing was lost, start a fresh one
         if self._proc is None:
             self._start()
@@ -346,10 +326,6 @@ class AsyncCheckpointWriter:
             self._slots.append(_Slot())
         slot = self._slots[index]
         self._copy_in(slot, prepared)
-        if require_finite:
-            bad = self._first_nonfinite(slot)
-            if bad is not None:
-                return bad
         job = {
             "prefix": prefix,
             "slot": index,
@@ -357,6 +333,7 @@ class AsyncCheckpointWriter:
             "metadata": None if metadata is None else dict(metadata),
             "state": None if state is None else state.__dict__,
             "delete": list(delete),
+            "require_finite": require_finite,
         }
         try:
             self._send(slot, index, job)
@@ -373,25 +350,6 @@ class AsyncCheckpointWriter:
                     None, None, f"Could not hand checkpoint {prefix} to the writer process: {e}"
                 ) from e
         self._queue.append((prefix, index))
-        return None
-
-    def _first_nonfinite(self, slot: _Slot) -> str | None:
-        """The first variable of the copied values holding NaN or Inf, or None."""
-        assert self._layout is not None and slot.buffer is not None
-        flat = np.frombuffer(slot.buffer.mm, dtype=np.uint8)
-        try:
-            with np.errstate(over="ignore", invalid="ignore"):
-                for start, end, dtype, members in self._layout.float_spans:
-                    # A sum is finite only if every element is (gaps between members
-                    # are zeros); a non-finite sum may be an overflow: look at each one.
-                    if np.isfinite(np.add.reduce(flat[start:end].view(dtype), axis=None)):
-                        continue
-                    for e in members:
-                        if not np.all(np.isfinite(slot.targets[e])):
-                            return str(self._layout.entries[e]["name"])
-            return None
-        finally:
-            del flat
 
     def _send(self, slot: _Slot, index: int, job: dict[str, Any]) -> None:
         assert self._sock is not None and slot.buffer is not None and self._layout is not None
@@ -414,7 +372,6 @@ class AsyncCheckpointWriter:
             slot.sent = False
         if slot.layout is not layout:
             flat = np.frombuffer(slot.buffer.mm, dtype=np.uint8)
-            flat[:size] = 0  # gaps between variables are zeros (see _first_nonfinite)
             slot.targets = [
                 flat[e["offset"] : e["offset"] + nbytes].view(dtype).reshape(shape)
                 for e, dtype, shape, nbytes in layout.views
@@ -431,24 +388,16 @@ class AsyncCheckpointWriter:
         taken = 0
         while self._queue and (count is None or taken < count):
             prefix, _ = self._queue[0]
-            assert self._sock is not None and self._proc is not None
-            if not block:
-                ready, _, _ = select.select([self._sock], [], [], 0)
-                if not ready:
-                    return
+            assert self._reader is not None and self._proc is not None
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-            self._sock.settimeout(timeout)
             try:
-                reply = recv_frame(self._sock)
+                reply = self._reader.next(block, timeout)
             except TimeoutError as e:
                 raise errors.DeadlineExceededError(
                     None, None, f"Checkpoint {prefix} was not written within the timeout."
                 ) from e
-            except OSError:
-                reply = None
-            finally:
-                if self._sock is not None:
-                    self._sock.settimeout(None)
+            if reply is NOT_READY:
+                return
             self._queue.popleft()
             taken += 1
             if reply is not None and reply.get("ok"):
@@ -469,7 +418,8 @@ class AsyncCheckpointWriter:
                     + (f", nor the {len(dropped)} queued after it." if dropped else "."))
             while self._queue:
                 self._queue.popleft()
-                if recv_frame(self._sock) is None:
+                if self._reader.next() is None:
+                    self._queue.clear()
                     self._stop()
                     break
             if self._sock is not None:

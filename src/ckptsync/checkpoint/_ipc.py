@@ -20,7 +20,10 @@ from typing import Any
 from .. import errors
 from ..errors import CkptsyncError, OpError, UnknownError
 
-__all__ = ["error_from_reply", "error_reply", "new_shared_fd", "recv_frame", "send_frame"]
+__all__ = [
+    "NOT_READY", "FrameReader", "error_from_reply", "error_reply", "new_shared_fd",
+    "recv_frame", "send_frame",
+]
 
 _HEADER = struct.Struct(">I")
 
@@ -49,6 +52,57 @@ def recv_frame(sock: socket.socket) -> Any | None:
         return None
     body = _recv_exact(sock, _HEADER.unpack(header)[0])
     return None if body is None else json.loads(body.decode("utf-8"))
+
+
+NOT_READY = object()  # FrameReader.next(block=False): no whole frame has arrived yet
+
+
+class FrameReader:
+    """Reads untagged frames (as :func:`send_frame` with ``tag=b""``) from ``sock``
+    through a buffer, so that a check for a reply is one non-blocking ``recv``.
+
+    Not thread-safe; the only reader of ``sock``.
+    """
+
+    def __init__(self, sock: socket.socket):
+        self._sock = sock
+        self._buf = bytearray()
+
+    def next(self, block: bool = True, timeout_s: float | None = None) -> Any:
+        """The next frame's document; None at end of stream (or a dead peer);
+        ``NOT_READY`` when not ``block`` and no whole frame is there yet.
+
+        Raises:
+            TimeoutError: ``block`` and ``timeout_s`` passed first.
+        """
+        buf = self._buf
+        while True:
+            if len(buf) >= _HEADER.size:
+                end = _HEADER.size + _HEADER.unpack_from(buf)[0]
+                if len(buf) >= end:
+                    body = bytes(buf[_HEADER.size:end])
+                    del buf[:end]
+                    return json.loads(body.decode("utf-8"))
+            try:
+                if block:
+                    self._sock.settimeout(timeout_s)
+                    try:
+                        data = self._sock.recv(4096)
+                    finally:
+                        self._sock.settimeout(None)
+                else:
+                    data = self._sock.recv(4096, socket.MSG_DONTWAIT)
+            except BlockingIOError:  # nothing there (a timeout of 0 when blocking)
+                if block:
+                    raise TimeoutError("no frame within the timeout") from None
+                return NOT_READY
+            except TimeoutError:
+                raise
+            except OSError:
+                return None
+            if not data:
+                return None
+            buf += data
 
 
 def error_reply(e: BaseException) -> dict[str, Any]:

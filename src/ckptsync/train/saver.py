@@ -119,7 +119,10 @@ class Saver:
             docstring). Such a Saver owns a process: ``close()`` it or use ``with``.
         require_finite: refuse to save a NaN or Inf in a floating-point variable
             (ckptsync extension): ``save`` raises ``InvalidArgumentError`` naming the
-            variable, as ``tf.debugging.check_numerics`` does, and writes nothing.
+            variable, as ``tf.debugging.check_numerics`` does, and writes nothing. With
+            ``async_save`` the writer process checks (off the training thread), and the
+            refusal is raised like a failed write: by the next ``save``,
+            ``wait_until_finished`` or ``close``; that save is forgotten.
 
     Raises:
         ValueError: "No variables to save" (unless allow_empty); duplicate names.
@@ -155,7 +158,9 @@ class Saver:
         self._retention: Any = None
         self._var_map: dict[str, Any] | None = None
         self._is_empty = False
-        self._swept_dirs: set[str] = set()
+        self._swept_dirs: set[str] = set()  # absolute and real paths of swept dirs
+        self._absolute_paths: dict[str, str] = {}  # path -> abspath while cwd is _cwd
+        self._cwd = ""
         self._require_finite = require_finite
         # async: the writer process, and per queued save the retention state to roll
         # back to if it fails.
@@ -261,9 +266,15 @@ class Saver:
         if not os.path.isdir(save_dir):
             raise CkptsyncValueError(
                 f"Parent directory of {save_path} doesn't exist, can't save.")
-        if os.path.realpath(save_dir) not in self._swept_dirs:
-            ckpt.sweep_temp_files(save_dir)
-            self._swept_dirs.add(os.path.realpath(save_dir))
+        if os.getcwd() != self._cwd:  # relative paths now mean other files
+            self._absolute_paths.clear()
+            self._cwd = os.getcwd()
+        abs_dir = self._absolute(save_dir)
+        if abs_dir not in self._swept_dirs:
+            real_dir = os.path.realpath(abs_dir)
+            if real_dir not in self._swept_dirs:  # e.g. a symlink to a swept one
+                ckpt.sweep_temp_files(save_dir)
+            self._swept_dirs.update((abs_dir, real_dir))
         arrays = sess._read_variables([v.op.name for v in var_map.values()])
         named = {k: arrays[v.op.name] for k, v in var_map.items()}
         gs = get_default_graph_step(sess, var_map) if step is None else step
@@ -301,26 +312,33 @@ class Saver:
         before = copy.deepcopy(self._retention)
         state: StateUpdate | None = None
         evicted: list[str] = []
+        absolute = self._absolute
         if write_state:
             evicted, kept = self._record(prefix)
-            state = StateUpdate(os.path.abspath(save_dir), os.path.abspath(prefix),
-                                [os.path.abspath(p) for p in kept], latest_filename)
+            state = StateUpdate(absolute(save_dir), absolute(prefix),
+                                [absolute(p) for p in kept], latest_filename)
         self._writer.failed_prefix = None
         try:
-            bad = self._writer.submit(os.path.abspath(prefix), named, global_step=gs,
-                                      metadata=metadata, state=state,
-                                      delete=[os.path.abspath(p) for p in evicted],
-                                      require_finite=self._require_finite)
-            if bad is not None:
-                raise errors.InvalidArgumentError(None, None, _nonfinite_message(bad, prefix))
+            self._writer.submit(absolute(prefix), named, global_step=gs, metadata=metadata,
+                                state=state, delete=[absolute(p) for p in evicted],
+                                require_finite=self._require_finite)
         except BaseException:
             if self._writer.failed_prefix is not None:  # an earlier queued save failed
                 self._roll_back()
             else:  # this save was refused before anything was sent
                 self._retention = before
             raise
-        self._rollback.append((os.path.abspath(prefix), before))
+        self._rollback.append((absolute(prefix), before))
         self._trim_rollback()
+
+    def _absolute(self, path: str) -> str:
+        """``os.path.abspath(path)`` (cached while the working directory stays)."""
+        found = self._absolute_paths.get(path)
+        if found is None:
+            if len(self._absolute_paths) > 1024:
+                self._absolute_paths.clear()
+            found = self._absolute_paths[path] = os.path.abspath(path)
+        return found
 
     def _trim_rollback(self) -> None:
         """Forgets the rollback points of saves the writer has confirmed."""

@@ -12,13 +12,14 @@ any thread (or a signal handler) to stop after the current step, save and return
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import math
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -134,7 +135,9 @@ class TrainingSummary:
 
 class _FiniteSaver(Saver):
     """A Saver that refuses to publish non-finite parameters (never a NaN checkpoint):
-    ``Saver(require_finite=True)``, its refusal raised as NanLossDuringTrainingError.
+    ``Saver(require_finite=True)``, its refusal raised as NanLossDuringTrainingError
+    (with ``async_save`` the writer process checks, and the refusal surfaces at the next
+    save or wait).
 
     With ``async_save``, the first save (at session creation) is waited for: training
     starts only once one checkpoint is durable and the writer process is up, so an
@@ -148,14 +151,25 @@ class _FiniteSaver(Saver):
 
     def save(self, sess: Any, save_path: str, global_step: Any = None,  # type: ignore[override]
              **kw: Any) -> str | None:
-        try:
+        with _nan_refusal():
             prefix = super().save(sess, save_path, global_step, **kw)
-        except InvalidArgumentError as e:
-            raise NanLossDuringTrainingError(e.message) from e
         if not self._saved_once:
             self._saved_once = True
             self.wait_until_finished()
         return prefix
+
+    def wait_until_finished(self, timeout_s: float | None = None) -> None:
+        with _nan_refusal():
+            super().wait_until_finished(timeout_s)
+
+
+@contextlib.contextmanager
+def _nan_refusal() -> Iterator[None]:
+    """Raises a ``require_finite`` refusal as NanLossDuringTrainingError."""
+    try:
+        yield
+    except InvalidArgumentError as e:
+        raise NanLossDuringTrainingError(e.message) from e
 
 
 class _LoopHook(SessionRunHook):
