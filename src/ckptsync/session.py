@@ -38,6 +38,7 @@ from .graph import Graph, Operation, Tensor, get_default_graph
 from .ops._registry import get_op_def
 from .session_fetch import FetchMapper
 from .session_fusion import plan_fusion
+from .session_remap import fused_matmul_step, plan_remap
 from .session_steps import _make_step, _Plan, _read_variables_step, _Step
 
 __all__ = ["Session", "InteractiveSession", "get_default_session"]
@@ -317,6 +318,7 @@ class Session:
             steps.append(prepare)
             step_ops.append(op)
         template: list[Any] = [None] * fusion.n_slots
+        chains = plan_remap(ordered, elements, fed_ids, {*fusion.outs, *fusion.fused})
         for op in ordered:
             if op.type == "VariableV2":
                 continue
@@ -324,6 +326,12 @@ class Session:
                 continue
             if op.type == "Const":
                 template[slot[id(op.outputs[0])]] = op.attrs["value"]
+                continue
+            chain = chains.get(id(op))
+            if chain is not None:
+                if op is chain.matmul:
+                    steps.append(fused_matmul_step(chain, slot))
+                    step_ops.append(op)
                 continue
             st = _make_step(op, slot, fed_ids, fusion.outs.get(id(op)),
                             fusion.fused.get(id(op)))

@@ -77,8 +77,8 @@ def tanh(x: Any, name: str | None = None) -> Tensor:
 
 # --------------------------------------------------------------------- softmax
 def _softmax_np(x: np.ndarray) -> np.ndarray:
-    z = x - x.max(axis=-1, keepdims=True)
-    e = np.exp(z)
+    e = x - x.max(axis=-1, keepdims=True)
+    np.exp(e, out=e)
     e /= e.sum(axis=-1, keepdims=True)
     return e
 

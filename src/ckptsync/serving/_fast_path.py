@@ -1,7 +1,7 @@
-"""The predict fast path of the HTTP app: an ASGI middleware that answers
-``POST /v1/models/{name}[/versions/{v}]:predict`` without starlette's routing. Installed
-by :func:`.http.create_app` around the starlette app; it runs the request through the
-app's ``_Api`` (same checks, errors and metrics as the routes).
+"""The predict fast path of the HTTP app: answers
+``POST /v1/models/{name}[/versions/{v}]:predict`` before starlette's middleware and
+routing. :func:`.http.create_app` returns a starlette app that tries it first; it runs
+the request through the app's ``_Api`` (same checks, errors and metrics as the routes).
 """
 
 from __future__ import annotations
@@ -24,21 +24,22 @@ _PREDICT_PATH = re.compile(r"^/v1/models/([^/]+)(?:/versions/([0-9]+))?:predict$
 class _PredictFastPath:
     """Answers ``POST /v1/models/{name}[/versions/{v}]:predict`` as plain ASGI.
 
-    The hot path skips starlette's routing table and its Request/Response objects; the
-    rest (errors, metrics, the body cap, the thread pool for big bodies) is the same as for
-    every other route. Everything else goes to the starlette app.
+    The hot path skips starlette's middleware, routing table and Request/Response
+    objects; the rest (errors, metrics, the body cap, the thread pool for big bodies) is
+    the same as for every other route.
     """
 
-    def __init__(self, app: Any, api: _Api):
-        self.app, self.api = app, api
+    def __init__(self, api: _Api):
+        self.api = api
         self._observe = api.latency.labels("predict").observe
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+    async def handle(self, scope: Any, receive: Any, send: Any) -> bool:
+        """Answers the request if it is a predict; False (nothing sent) otherwise."""
         if scope["type"] != "http" or scope["method"] != "POST":
-            return await self.app(scope, receive, send)
+            return False
         m = _PREDICT_PATH.match(scope["path"])
         if m is None:
-            return await self.app(scope, receive, send)
+            return False
         start = time.perf_counter()
         api = self.api
         headers = [(b"content-type", b"application/json")]
@@ -54,7 +55,7 @@ class _PredictFastPath:
             status = 200
             headers.append((b"x-model-version", served.encode()))
         except _ClientGone:
-            return
+            return True
         except Exception as e:
             status, message, extra = _map_error(e, "POST", scope["path"])
             data = _dumps({"error": message}).encode()
@@ -64,4 +65,5 @@ class _PredictFastPath:
         await send({"type": "http.response.body", "body": data})
         api.count("predict", status)
         self._observe(time.perf_counter() - start)
+        return True
 

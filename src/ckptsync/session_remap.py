@@ -1,0 +1,97 @@
+"""Kernel fusion in a ``Session`` plan: ``MatMul -> BiasAdd [-> Relu]`` as one step.
+
+TF1's Grappler *remapper* rewrites this chain into one ``_FusedMatMul`` node on CPU; here
+the plan does the same: one step computes ``matmul(x, w)``, adds the bias in place and
+applies the ReLU in place, and writes the last op's output slot. The chain is fused
+only where that is invisible: every intermediate output is read exactly once in the run
+(by the next op of the chain), is neither fetched nor fed, and no other fusion (see
+:mod:`.session_fusion`) writes it. The results are bit-identical to the three kernels
+(the same float operations on the same values); an error in the fused step names the
+MatMul op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from .graph import Operation, Tensor
+from .ops._registry import get_op_def
+
+__all__ = ["FusedMatMul", "plan_remap"]
+
+_Step = Callable[[list[Any], Any], None]
+
+
+class FusedMatMul(NamedTuple):
+    """One fused chain: the MatMul, its BiasAdd, and the Relu after it (or None)."""
+
+    matmul: Operation
+    bias_add: Operation
+    relu: Operation | None
+
+
+def plan_remap(ordered: list[Operation], elements: list[Tensor | Operation],
+               fed_ids: set[int], taken: set[int]) -> dict[int, FusedMatMul]:
+    """The chains to fuse in a plan of ``ordered`` ops fetching ``elements``, feeding
+    ``fed_ids``; ops in ``taken`` (other fusions) are left alone. Keyed by id of every
+    op of a chain."""
+    uses: dict[int, list[Operation]] = {}
+    for op in ordered:
+        refs = get_op_def(op.type).ref_inputs
+        for i, t in enumerate(op.inputs):
+            if i not in refs:
+                uses.setdefault(id(t), []).append(op)
+    fetched = {id(el) for el in elements}
+
+    def sole_reader(t: Tensor, op_type: str) -> Operation | None:
+        readers = uses.get(id(t), [])
+        if (len(readers) != 1 or readers[0].type != op_type or id(t) in fetched
+                or id(t) in fed_ids or id(readers[0]) in taken
+                or readers[0].inputs[0] is not t):
+            return None
+        return readers[0]
+
+    chains: dict[int, FusedMatMul] = {}
+    for op in ordered:
+        if op.type != "MatMul" or id(op) in taken or id(op.outputs[0]) in fed_ids:
+            continue
+        bias_add = sole_reader(op.outputs[0], "BiasAdd")
+        if bias_add is None or id(bias_add.outputs[0]) in fed_ids:
+            continue
+        relu = sole_reader(bias_add.outputs[0], "Relu")
+        if relu is not None and id(relu.outputs[0]) in fed_ids:
+            relu = None
+        chain = FusedMatMul(op, bias_add, relu)
+        for member in (op, bias_add, relu):
+            if member is not None:
+                chains[id(member)] = chain
+    return chains
+
+
+def fused_matmul_step(chain: FusedMatMul, slot: dict[int, int]) -> _Step:
+    """The step running ``chain``: matmul, bias added in place, ReLU in place."""
+    matmul = get_op_def("MatMul").kernel
+    assert matmul is not None
+    a, w = (slot[id(t)] for t in chain.matmul.inputs)
+    b = slot[id(chain.bias_add.inputs[1])]
+    last = chain.relu if chain.relu is not None else chain.bias_add
+    o = slot[id(last.outputs[0])]
+    attrs = dict(chain.matmul.attrs)
+
+    if chain.relu is None:
+        def step(v: list[Any], ctx: Any) -> None:
+            y = matmul(v[a], v[w], **attrs)
+            y += v[b]
+            v[o] = y
+
+        return step
+
+    def step_relu(v: list[Any], ctx: Any) -> None:
+        y = matmul(v[a], v[w], **attrs)
+        y += v[b]
+        v[o] = np.maximum(y, 0, out=y)
+
+    return step_relu
