@@ -34,7 +34,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.events import (
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
 from watchdog.observers import Observer
 from watchdog.observers.polling import PollingObserver
 
@@ -259,7 +267,8 @@ class CheckpointSource:
             )
             observer.name = "ckptsync-source-observer"
             try:
-                observer.schedule(_Handler(self._on_event), self.checkpoint_dir, recursive=False)
+                observer.schedule(_Handler(self._on_event), self.checkpoint_dir, recursive=False,
+                                  event_filter=_WATCHED_EVENTS)
                 observer.start()
             except Exception as e:
                 logger.warning("cannot watch %s yet: %s", self.checkpoint_dir, e)
@@ -274,6 +283,14 @@ class CheckpointSource:
         if self._observer is not None:
             _stop_and_join(self._observer)
             self._observer, self._watched_inode = None, None
+
+
+# What can change the state file or remove a data file. Opens and read-only closes are
+# left out, so inotify does not even report them: every rescan reads the state file and
+# every load opens a data file, and those events cost the server CPU while it loads.
+_WATCHED_EVENTS = [
+    FileCreatedEvent, FileModifiedEvent, FileClosedEvent, FileMovedEvent, FileDeletedEvent,
+]
 
 
 class _Handler(FileSystemEventHandler):
