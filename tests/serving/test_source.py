@@ -9,6 +9,7 @@ import shutil
 
 import pytest
 
+from ckptsync.serving import source as source_module
 from ckptsync.serving.source import AspiredVersion, CheckpointSource, parse_version
 
 from .conftest import mlp_params, publish, wait_until
@@ -50,6 +51,23 @@ def test_events_trigger_callback_on_publish(tmp_path):
         assert listing.latest == AspiredVersion(20, str(tmp_path / "model.ckpt-20"))
         assert [a.version for a in listing.available] == [10, 20]
         assert source.alive
+
+
+def test_reading_the_directory_does_not_wake_the_watcher(tmp_path, monkeypatch):
+    """Opens and read-only closes (every rescan and every load make them) are not
+    watched; a publish still is."""
+    publish(tmp_path, 1)
+    events = []
+    monkeypatch.setattr(source_module._Handler, "on_any_event",
+                        lambda self, event: events.append(event.event_type))
+    with CheckpointSource(tmp_path, Recorder(), rescan_interval_s=60.0):
+        for _ in range(20):
+            for name in os.listdir(tmp_path):
+                with open(tmp_path / name, "rb") as f:
+                    f.read()
+        publish(tmp_path, 2)
+        wait_until(lambda: "moved" in events, timeout_s=5.0)
+    assert "opened" not in events and "closed_no_write" not in events
 
 
 def test_callback_only_when_listing_changes(tmp_path):
