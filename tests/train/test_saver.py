@@ -278,3 +278,18 @@ def test_close_with_a_queued_failure_keeps_the_saves_confirmed_before_it(
         saver.close()
     assert saver.last_checkpoints == [str(tmp_path / "m-1"), str(tmp_path / "m-2")]
     assert ckpt.latest_checkpoint(str(tmp_path)) == str(tmp_path / "m-2")
+
+
+def test_async_relative_prefixes_follow_the_working_directory(
+        model: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sess, _ = model
+    for d in ("a/ckpts", "b/ckpts"):
+        (tmp_path / d).mkdir(parents=True)
+    with cs.train.Saver(max_to_keep=2, async_save=True) as saver:
+        monkeypatch.chdir(tmp_path / "a")
+        saver.save(sess, "ckpts/m", global_step=1)
+        monkeypatch.chdir(tmp_path / "b")
+        saver.save(sess, "ckpts/m", global_step=2)
+        saver.wait_until_finished()
+    assert sorted(os.listdir(tmp_path / "a/ckpts")) == ["checkpoint", "m-1.h5"]
+    assert sorted(os.listdir(tmp_path / "b/ckpts")) == ["checkpoint", "m-2.h5"]

@@ -160,7 +160,7 @@ class Saver:
         self._is_empty = False
         self._swept_dirs: set[str] = set()  # absolute and real paths of swept dirs
         self._absolute_paths: dict[str, str] = {}  # path -> abspath while cwd is _cwd
-        self._cwd = ""
+        self._cwd: str | None = ""
         self._require_finite = require_finite
         # async: the writer process, and per queued save the retention state to roll
         # back to if it fails.
@@ -266,9 +266,13 @@ class Saver:
         if not os.path.isdir(save_dir):
             raise CkptsyncValueError(
                 f"Parent directory of {save_path} doesn't exist, can't save.")
-        if os.getcwd() != self._cwd:  # relative paths now mean other files
+        try:
+            cwd: str | None = os.getcwd()
+        except OSError:  # the working directory was removed; absolute paths still work
+            cwd = None
+        if cwd != self._cwd:  # relative paths now mean other files
             self._absolute_paths.clear()
-            self._cwd = os.getcwd()
+            self._cwd = cwd
         abs_dir = self._absolute(save_dir)
         if abs_dir not in self._swept_dirs:
             real_dir = os.path.realpath(abs_dir)
