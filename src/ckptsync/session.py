@@ -240,6 +240,30 @@ class Session:
 
         return call
 
+    def _runner(self, fetch_list: list[Tensor], feed_list: list[Tensor]
+                ) -> Callable[[list[np.ndarray], Mapping[str, np.ndarray] | None], list[Any]]:
+        """``make_callable`` for callers that feed arrays already of the fed tensors'
+        dtypes and shapes (the serving path checks them first): returns
+        ``run(feed_values, params) -> [value per fetch]``, with no conversion.
+
+        Thread-safety: the function may be called from several threads at once.
+        """
+        fetches = list(fetch_list)
+        plan = self._plan_for(self._mapper_for(fetches), list(feed_list))
+        feed_slots = plan.feed_slots
+
+        def run(feed_values: list[np.ndarray], params: Mapping[str, np.ndarray] | None
+                ) -> list[Any]:
+            if self._closed:
+                raise CkptsyncRuntimeError("Attempted to use a closed Session.")
+            values = plan.template.copy()
+            for s, value in zip(feed_slots, feed_values):
+                values[s] = value
+            return self._execute(plan, values, params)
+
+        run.fetches = fetches  # type: ignore[attr-defined]  # keeps the mapper's key alive
+        return run
+
     def _execute(self, plan: _Plan, values: list[Any],
                  params: Mapping[str, np.ndarray] | None) -> list[Any]:
         """Runs ``plan`` on ``values`` (its template with the feeds in); returns the

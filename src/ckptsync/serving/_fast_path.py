@@ -45,7 +45,8 @@ class _PredictFastPath:
         headers = [(b"content-type", b"application/json")]
         try:
             name, v = m.groups()
-            api.check_name(name)
+            if name != api.model_name:
+                api.check_name(name)  # raises the 404 (or 405 for a misplaced verb)
             version = None if v is None else int(v)
             body = await _read_capped_body(scope["headers"], receive, self.api.max_request_bytes)
             if len(body) <= api.inline_max_body_bytes:

@@ -308,8 +308,10 @@ class GraphServable(Servable):
         self._session = Session(graph=self._graph)
         # One callable per signature: inputs by position, the plan resolved once.
         self._input_keys = list(self._inputs)
-        self._call = self._session.make_callable(
-            self._outputs, [self._inputs[k] for k in self._input_keys])
+        self._output_keys = list(self._outputs)
+        self._call = self._session._runner(
+            [self._outputs[k] for k in self._output_keys],
+            [self._inputs[k] for k in self._input_keys])
 
     @classmethod
     def from_model_file(cls, path: str | os.PathLike[str], device: str = "cpu:0") -> GraphServable:
@@ -334,9 +336,10 @@ class GraphServable(Servable):
     def run(
         self, params: Mapping[str, np.ndarray], inputs: Mapping[str, np.ndarray]
     ) -> dict[str, np.ndarray]:
-        # params is the snapshot's read-only mapping (no copy).
-        result = self._call(*[inputs[k] for k in self._input_keys], params=params)
-        return {k: np.asarray(v) for k, v in result.items()}
+        # params is the snapshot's read-only mapping (no copy); inputs were checked by
+        # validate_inputs (dtype and shape), so they go in as they are.
+        result = self._call([inputs[k] for k in self._input_keys], params)
+        return dict(zip(self._output_keys, map(np.asarray, result)))
 
     def close(self) -> None:
         """Closes the session."""
