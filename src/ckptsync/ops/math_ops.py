@@ -406,7 +406,7 @@ def reduce_max(input_tensor: Any, axis: Any = None, keepdims: bool = False,
 
 @register("ArgMax", not_differentiable=True)
 def _argmax_kernel(x: np.ndarray, *, axis: int, output_type: Any) -> np.ndarray:
-    return np.argmax(x, axis=axis).astype(output_type.np, copy=False)
+    return x.argmax(axis=axis).astype(output_type.np, copy=False)
 
 
 def argmax(input: Any, axis: int | None = None, output_type: Any = _dtypes.int64,  # noqa: A002
