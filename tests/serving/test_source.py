@@ -116,6 +116,24 @@ def test_missing_state_target_falls_back_to_newest_existing(tmp_path):
         assert [a.version for a in listing.available] == [1]
 
 
+def test_deleting_an_offered_file_is_seen_and_an_unlisted_one_costs_no_rescan(
+        tmp_path, monkeypatch):
+    rec = Recorder()
+    for v in (1, 2, 3):
+        publish(tmp_path, v)
+    (tmp_path / "model.ckpt-9.h5").write_bytes(b"not listed")
+    with CheckpointSource(tmp_path, rec, rescan_interval_s=60.0) as source:
+        assert rec.next().latest.version == 3
+        scans = []
+        real_scan = source._scan
+        monkeypatch.setattr(source, "_scan", lambda: scans.append(1) or real_scan())
+        os.unlink(tmp_path / "model.ckpt-9.h5")  # not offered: nothing to rescan
+        os.unlink(tmp_path / "model.ckpt-3.h5")  # the latest: back to version 2 at once
+        assert rec.latest_version(want=2) == 2
+        assert [a.version for a in source.last.available] == [1, 2]
+        assert len(scans) == 1
+
+
 def test_waits_for_directory_that_does_not_exist_yet(tmp_path):
     rec = Recorder()
     directory = tmp_path / "later" / "ckpts"

@@ -235,8 +235,13 @@ class CheckpointSource:
         name = os.path.basename(os.fsdecode(path))
         if _TEMP_RE.match(name):
             return  # a temp file being written: its rename (by dest path) will tell us
-        if name.endswith(".h5") and event.event_type != "deleted":
-            return  # a new data file counts once the state file names it (that rename tells us)
+        if name.endswith(".h5"):
+            if event.event_type != "deleted":
+                return  # a new data file counts once the state file names it (its rename)
+            last = self._last
+            if last is not None and all(
+                    os.path.basename(a.prefix) + ".h5" != name for a in last.available):
+                return  # not offered (e.g. evicted after a newer state file): no change
         try:
             self.rescan()
         except Exception:
