@@ -70,6 +70,23 @@ def test_reading_the_directory_does_not_wake_the_watcher(tmp_path, monkeypatch):
     assert "opened" not in events and "closed_no_write" not in events
 
 
+@pytest.mark.parametrize("poll", [False, True], ids=["inotify", "polling"])
+def test_a_state_file_rewritten_in_place_is_seen(tmp_path, poll):
+    rec = Recorder()
+    publish(tmp_path, 1)
+    publish(tmp_path, 2)
+    state = (tmp_path / "checkpoint").read_text()
+    older = state.replace('model_checkpoint_path: "model.ckpt-2"',
+                          'model_checkpoint_path: "model.ckpt-1"')
+    assert older != state
+    # Events alone (inotify: a 60 s timer) or the poll every 0.1 s.
+    with CheckpointSource(tmp_path, rec, poll=poll, rescan_interval_s=0.1 if poll else 60.0):
+        assert rec.next().latest.version == 2
+        with open(tmp_path / "checkpoint", "w") as f:  # not atomic: write, then close
+            f.write(older)
+        assert rec.latest_version(want=1) == 1
+
+
 def test_callback_only_when_listing_changes(tmp_path):
     rec = Recorder()
     publish(tmp_path, 1)
