@@ -35,7 +35,8 @@ The version records (states, status, retries, retirement, watchdog, health) are 
 Example:
     >>> with ModelManager(servable, "ckpts") as manager:  # doctest: +SKIP
     ...     snap = manager.wait_for_version(100, timeout_s=10)
-    ...     outputs = servable.run(snap.params, {"x": x})
+    ...     inputs = validate_inputs(servable.signature, {"x": x})  # dtype, shape
+    ...     outputs = servable.run(snap.params, inputs)
 """
 
 from __future__ import annotations
