@@ -262,8 +262,10 @@ class GraphServable(Servable):
 
     The graph is built once; its ``GLOBAL_VARIABLES`` are what checkpoints must provide
     (keys are the variables' op names, e.g. ``dense0/w``), and ``ModelSpec.inputs`` ->
-    ``ModelSpec.outputs`` is the signature. Each :meth:`run` is one
-    ``Session.run(outputs, feed_dict, params=...)`` that stores nothing in the session.
+    ``ModelSpec.outputs`` is the signature. Each :meth:`run` runs the signature's plan
+    once, as ``Session.run(outputs, feed_dict, params=...)`` would, storing nothing in
+    the session; its inputs must come from :func:`validate_inputs` (they are fed as they
+    are, not converted again).
 
     Thread-safety: :meth:`run` may be called concurrently from any number of threads.
 
