@@ -20,7 +20,7 @@ import numpy as np
 from .graph import Operation, Tensor
 from .ops._registry import get_op_def
 
-__all__ = ["FusedMatMul", "plan_remap"]
+__all__ = ["FusedMatMul", "fused_matmul_step", "plan_remap"]
 
 _Step = Callable[[list[Any], Any], None]
 
