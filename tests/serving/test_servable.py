@@ -71,6 +71,19 @@ def test_validate_inputs_integer_range():
     assert validate_inputs(sig, {"b": [1, 255]})["b"].dtype == np.uint8
 
 
+@pytest.mark.parametrize("dtype, bad, edge", [
+    (np.int32, 2.0**31, -(2.0**31)),
+    (np.int64, 2.0**63, -(2.0**63)),  # 2**63 - 1 is not a float; 2**63 is just past
+    (np.uint8, 256.0, 255.0),
+    (np.uint8, -1.0, 0.0),
+])
+def test_integral_floats_outside_an_integer_input_are_refused_not_wrapped(dtype, bad, edge):
+    sig = Signature({"b": TensorSpec("b", dtype, (None,))}, {})
+    with pytest.raises(InvalidArgumentError, match="outside the range of " + np.dtype(dtype).name):
+        validate_inputs(sig, {"b": [1.0, bad]})
+    assert validate_inputs(sig, {"b": [1.0, edge]})["b"].tolist() == [1, int(edge)]
+
+
 def test_graph_servable_matches_numpy_reference(model_file):
     servable = GraphServable.from_model_file(model_file, "cpu:0")
     try:

@@ -235,9 +235,13 @@ def _convert(key: str, spec: TensorSpec, value: Any) -> np.ndarray:
         raise InvalidArgumentError(
             None, None, f"input '{key}' must be {spec.dtype.name}, got {given}"
         )
-    if kind in "iu" and want in "iu" and arr.size:
+    if kind in "iuf" and want in "iu" and arr.size:  # integral floats too: 3e9 for int32
         info = np.iinfo(spec.dtype)
-        if arr.min() < info.min or arr.max() > info.max:
+        if kind == "f":  # 2**bits (2**(bits-1) signed) is exact as a float; info.max
+            too_big = arr.max() >= 2.0 ** (info.bits - (want == "i"))  # may round up to it
+        else:
+            too_big = arr.max() > info.max
+        if arr.min() < info.min or too_big:
             raise InvalidArgumentError(
                 None, None, f"input '{key}' has values outside the range of {spec.dtype.name}"
             )
