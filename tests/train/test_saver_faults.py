@@ -348,3 +348,61 @@ def test_saving_over_the_prefix_just_restored_from(tmp_path: Path) -> None:
     np.testing.assert_array_equal(sess._read_variables(["w"])["w"], np.full(1000, 5.0))
     assert ckpt.latest_checkpoint(str(tmp_path)) == prefix
     sess.close()
+
+
+def _dies_after_publishing(monkeypatch: pytest.MonkeyPatch, marker: str,
+                           slow_s: float = 0.0) -> None:
+    """A worker that writes and publishes every job, then dies before replying to the
+    job whose prefix contains ``marker`` (its jobs take ``slow_s`` longer)."""
+    _wrapped_worker(monkeypatch, textwrap.dedent(f"""
+        import os, time
+        from ckptsync.checkpoint import _async_worker as a
+        real = a._run_job
+        def run(job, arrays):
+            time.sleep({slow_s!r})
+            reply = real(job, arrays)
+            if {marker!r} in job["prefix"]:
+                os._exit(9)
+            return reply
+        a._run_job = run"""))
+
+
+def test_async_writer_dying_after_publishing_counts_the_checkpoint(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    g, sess = _model(tmp_path)
+    _dies_after_publishing(monkeypatch, "model.ckpt-3")
+    with g.as_default():
+        saver = cs.train.Saver(max_to_keep=2, async_save=True)
+    with saver:
+        for step in (1, 2, 3):
+            saver.save(sess, str(tmp_path / "model.ckpt"), global_step=step)
+            saver.wait_until_finished()  # no error: checkpoint 3 was published
+        assert saver.last_checkpoints == [str(tmp_path / f"model.ckpt-{s}") for s in (2, 3)]
+        # Its eviction (checkpoint 1) was done by the Saver's side instead.
+        assert sorted(os.listdir(tmp_path)) == ["checkpoint", "model.ckpt-2.h5",
+                                                "model.ckpt-3.h5"]
+        saver.save(sess, str(tmp_path / "model.ckpt"), global_step=4)  # a fresh writer
+    assert ckpt.latest_checkpoint(str(tmp_path)) == str(tmp_path / "model.ckpt-4")
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint", "model.ckpt-3.h5", "model.ckpt-4.h5"]
+    sess.close()
+
+
+def test_async_writer_dying_after_publishing_loses_only_the_saves_queued_after_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    g, sess = _model(tmp_path)
+    _dies_after_publishing(monkeypatch, "model.ckpt-2", slow_s=0.2)
+    with g.as_default():
+        saver = cs.train.Saver(max_to_keep=5, async_save=True)
+    try:
+        saver.save(sess, str(tmp_path / "model.ckpt"), global_step=1)
+        saver.wait_until_finished()
+        for step in (2, 3, 4):  # 3 and 4 queue behind 2
+            saver.save(sess, str(tmp_path / "model.ckpt"), global_step=step)
+        with pytest.raises(UnknownError, match=r"died while writing .*model\.ckpt-3; .*nor "
+                                               r"the 1 queued after it"):
+            saver.wait_until_finished()
+        assert saver.last_checkpoints == [str(tmp_path / f"model.ckpt-{s}") for s in (1, 2)]
+        assert ckpt.latest_checkpoint(str(tmp_path)) == str(tmp_path / "model.ckpt-2")
+    finally:
+        saver.close()
+        sess.close()

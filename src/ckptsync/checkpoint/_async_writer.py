@@ -20,7 +20,9 @@ SIGKILL leaks nothing. The worker exits when its socket closes (the owner closed
 died); it ignores SIGINT so that Ctrl-C in a terminal does not cut a save short.
 
 The state file is rewritten by the worker only after the data file is durable, so it
-never names a checkpoint that was not fully written. A failed job (an error in the
+never names a checkpoint that was not fully written; a worker that dies after publishing
+a job's state file, before its reply, has written that checkpoint, and it counts as
+saved (the owner removes the checkpoints that job evicted). A failed job (an error in the
 worker, or the worker dying) is raised by the next :meth:`~AsyncCheckpointWriter.submit`,
 :meth:`~AsyncCheckpointWriter.wait` or :meth:`~AsyncCheckpointWriter.close`; the next
 submit after that starts a fresh worker.
@@ -43,7 +45,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -158,6 +160,40 @@ def _shutdown(proc: subprocess.Popen[bytes], sock: socket.socket) -> None:
             proc.wait()
 
 
+class _Queued(NamedTuple):
+    """A submitted job not yet confirmed: its prefix, slot, state update and evictions."""
+
+    prefix: str
+    slot: int
+    state: StateUpdate | None
+    delete: list[str]
+
+
+def _was_published(job: _Queued) -> bool:
+    """True when the state file names ``job``'s checkpoint as the latest and its data
+    file exists: the job got past its publish (only its deletions may be missing)."""
+    from .state import get_checkpoint_state
+
+    if job.state is None:
+        return False
+    try:
+        state = get_checkpoint_state(job.state.save_dir, job.state.latest_filename)
+    except Exception:
+        return False
+    return (state is not None and os.path.abspath(state.model_checkpoint_path) == job.prefix
+            and os.path.exists(job.prefix + _format.DATA_SUFFIX))
+
+
+def _remove_evicted(prefixes: Sequence[str]) -> None:
+    from .management import remove_checkpoint
+
+    for old in prefixes:
+        try:
+            remove_checkpoint(old)
+        except Exception as e:  # as TF1: logged, not raised
+            logger.warning("Ignoring error deleting checkpoint %s: %s", old, e)
+
+
 class _Slot:
     """One shared buffer the owner copies a save into; the worker maps it by index."""
 
@@ -208,7 +244,7 @@ class AsyncCheckpointWriter:
         self._slots: list[_Slot] = []
         self._layout: _Layout | None = None
         self._layout_sent = False
-        self._queue: collections.deque[tuple[str, int]] = collections.deque()  # (prefix, slot)
+        self._queue: collections.deque[_Queued] = collections.deque()
         self._closed = False
         self.failed_prefix: str | None = None
         self._start()
@@ -246,12 +282,12 @@ class AsyncCheckpointWriter:
     @property
     def in_flight(self) -> str | None:
         """The newest prefix submitted and not yet confirmed written, or None."""
-        return self._queue[-1][0] if self._queue else None
+        return self._queue[-1].prefix if self._queue else None
 
     @property
     def pending(self) -> list[str]:
         """Prefixes submitted and not yet confirmed written, oldest first."""
-        return [p for p, _ in self._queue]
+        return [q.prefix for q in self._queue]
 
     def _depth(self, size_bytes: int) -> int:
         if self._max_in_flight is not None:
@@ -320,7 +356,7 @@ class AsyncCheckpointWriter:
             self._start()
         if layout is not self._layout:
             self._layout, self._layout_sent = layout, False
-        busy = {i for _, i in self._queue}
+        busy = {q.slot for q in self._queue}
         index = next((i for i in range(len(self._slots)) if i not in busy), len(self._slots))
         if index == len(self._slots):
             self._slots.append(_Slot())
@@ -349,7 +385,7 @@ class AsyncCheckpointWriter:
                 raise UnknownError(
                     None, None, f"Could not hand checkpoint {prefix} to the writer process: {e}"
                 ) from e
-        self._queue.append((prefix, index))
+        self._queue.append(_Queued(prefix, index, state, list(delete)))
 
     def _send(self, slot: _Slot, index: int, job: dict[str, Any]) -> None:
         assert self._sock is not None and slot.buffer is not None and self._layout is not None
@@ -387,7 +423,8 @@ class AsyncCheckpointWriter:
         dropping every later queued job (the worker skipped them)."""
         taken = 0
         while self._queue and (count is None or taken < count):
-            prefix, _ = self._queue[0]
+            head = self._queue[0]
+            prefix = head.prefix
             assert self._reader is not None and self._proc is not None
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
@@ -404,8 +441,20 @@ class AsyncCheckpointWriter:
                 continue
             # This job failed: the worker skips the later queued ones until told to go
             # on; collect their replies, then let it go on.
+            if reply is None and _was_published(head):
+                # The worker died after publishing this checkpoint (before its reply):
+                # it is saved; finish its clean-up here. Jobs queued after it were lost.
+                pid = self._proc.pid
+                logger.warning("The checkpoint writer process (pid %d) died after publishing "
+                               "%s; removing the checkpoints it evicted here.", pid, prefix)
+                _remove_evicted(head.delete)
+                if not self._queue:
+                    self._stop()
+                    continue
+                head = self._queue.popleft()
+                prefix = head.prefix
             self.failed_prefix = prefix
-            dropped = [p for p, _ in self._queue]
+            dropped = [q.prefix for q in self._queue]
             if reply is None:
                 pid = self._proc.pid
                 self._queue.clear()
@@ -413,9 +462,8 @@ class AsyncCheckpointWriter:
                 raise UnknownError(
                     None, None,
                     f"The checkpoint writer process (pid {pid}) died while writing {prefix}; "
-                    f"that checkpoint is not counted as saved (the state file names it only "
-                    f"if it was fully written)"
-                    + (f", nor the {len(dropped)} queued after it." if dropped else "."))
+                    f"that checkpoint is not counted as saved (the state file does not name "
+                    f"it)" + (f", nor the {len(dropped)} queued after it." if dropped else "."))
             while self._queue:
                 self._queue.popleft()
                 if self._reader.next() is None:
