@@ -353,9 +353,10 @@ class Session:
                 continue
             chain = chains.get(id(op))
             if chain is not None:
-                if op is chain.matmul:
+                # At the chain's last op: every input (the bias too) is computed by then.
+                if op is (chain.relu or chain.bias_add):
                     steps.append(fused_matmul_step(chain, slot))
-                    step_ops.append(op)
+                    step_ops.append(chain.matmul)
                 continue
             st = _make_step(op, slot, fed_ids, fusion.outs.get(id(op)),
                             fusion.fused.get(id(op)))

@@ -2,7 +2,8 @@
 
 TF1's Grappler *remapper* rewrites this chain into one ``_FusedMatMul`` node on CPU; here
 the plan does the same: one step computes ``matmul(x, w)``, adds the bias in place and
-applies the ReLU in place, and writes the last op's output slot. The chain is fused
+applies the ReLU in place, and writes the last op's output slot. The step runs where the
+chain's last op would (its bias may be computed after the MatMul). The chain is fused
 only where that is invisible: every intermediate output is read exactly once in the run
 (by the next op of the chain), is neither fetched nor fed, and no other fusion (see
 :mod:`.session_fusion`) writes it. The results are bit-identical to the three kernels
@@ -81,17 +82,22 @@ def fused_matmul_step(chain: FusedMatMul, slot: dict[int, int]) -> _Step:
     o = slot[id(last.outputs[0])]
     attrs = dict(chain.matmul.attrs)
 
+    def biased(v: list[Any]) -> np.ndarray:
+        y = matmul(v[a], v[w], **attrs)
+        bias = v[b]
+        if getattr(bias, "ndim", 0) == 1:
+            y += bias
+            return y
+        return y + bias  # a fed bias of another rank broadcasts as BiasAdd's kernel does
+
     if chain.relu is None:
         def step(v: list[Any], ctx: Any) -> None:
-            y = matmul(v[a], v[w], **attrs)
-            y += v[b]
-            v[o] = y
+            v[o] = biased(v)
 
         return step
 
     def step_relu(v: list[Any], ctx: Any) -> None:
-        y = matmul(v[a], v[w], **attrs)
-        y += v[b]
+        y = biased(v)
         v[o] = np.maximum(y, 0, out=y)
 
     return step_relu

@@ -102,3 +102,33 @@ def test_an_error_in_the_fused_step_names_the_matmul() -> None:
     with cs.Session(graph=g) as sess, pytest.raises(InvalidArgumentError, match="MatMul op 'mm'"):
         sess.run(y, {x: np.ones((2, 3), np.float32), w: np.ones((3, 4), np.float32),
                      b: np.ones(5, np.float32)})
+
+
+def test_a_bias_computed_after_the_matmul_is_ready_when_the_fused_step_runs() -> None:
+    g = cs.Graph()
+    with g.as_default():
+        x = cs.placeholder(cs.float32, [None, 3], name="x")
+        w = cs.get_variable("w", [3, 4])
+        mm = cs.matmul(x, w)
+        b = cs.get_variable("b", [4], initializer=cs.random_normal_initializer())
+        y = cs.nn.relu(cs.nn.bias_add(mm, cs.identity(b) * 2.0))  # bias ops after mm
+    xs = np.random.default_rng(3).normal(size=(2, 3)).astype(np.float32)
+    with cs.Session(graph=g) as sess:
+        sess.run(cs.global_variables_initializer())
+        assert "BiasAdd" not in _types(sess, y, x)
+        out = sess.run(y, {x: xs})
+        wv, bv = sess.run([w, b])
+    assert np.array_equal(out, np.maximum(xs @ wv + bv * 2.0, 0))
+
+
+def test_a_fed_bias_of_another_rank_broadcasts_as_unfused() -> None:
+    g = cs.Graph()
+    with g.as_default():
+        x = cs.placeholder(cs.float32, [None, 3], name="x")
+        w = cs.placeholder(cs.float32, [3, 4], name="w")
+        b = cs.placeholder(cs.float32, name="b")  # unknown rank
+        y = cs.nn.bias_add(cs.matmul(x, w), b)
+    feeds = {x: np.ones((2, 3), np.float32), w: np.ones((3, 4), np.float32),
+             b: np.arange(24, dtype=np.float32).reshape(3, 2, 4)}
+    with cs.Session(graph=g) as sess:
+        assert sess.run(y, feeds).shape == (3, 2, 4)

@@ -87,6 +87,23 @@ def test_a_state_file_rewritten_in_place_is_seen(tmp_path, poll):
         assert rec.latest_version(want=1) == 1
 
 
+def test_a_state_file_moved_in_from_another_directory_is_seen(tmp_path):
+    """An unpaired IN_MOVED_TO, which watchdog reports as a created event."""
+    rec = Recorder()
+    ckpts, elsewhere = tmp_path / "ckpts", tmp_path / "elsewhere"
+    ckpts.mkdir()
+    elsewhere.mkdir()
+    publish(ckpts, 1)
+    publish(ckpts, 2)
+    state = (ckpts / "checkpoint").read_text()
+    (elsewhere / "checkpoint").write_text(
+        state.replace('model_checkpoint_path: "model.ckpt-2"', 'model_checkpoint_path: "model.ckpt-1"'))
+    with CheckpointSource(ckpts, rec, rescan_interval_s=60.0):
+        assert rec.next().latest.version == 2
+        os.replace(elsewhere / "checkpoint", ckpts / "checkpoint")
+        assert rec.latest_version(want=1, timeout_s=5.0) == 1
+
+
 def test_callback_only_when_listing_changes(tmp_path):
     rec = Recorder()
     publish(tmp_path, 1)

@@ -406,3 +406,50 @@ def test_async_writer_dying_after_publishing_loses_only_the_saves_queued_after_i
     finally:
         saver.close()
         sess.close()
+
+
+def test_async_refusal_is_raised_even_if_the_writer_died_after_replying(
+        tmp_path: Path) -> None:
+    import select
+    import signal
+
+    g, sess = _model(tmp_path)
+    with g.as_default():
+        saver = cs.train.Saver(async_save=True, require_finite=True)
+    try:
+        sess._write_variables({"w": np.full(1000, np.nan, np.float32)})
+        saver.save(sess, str(tmp_path / "model.ckpt"), global_step=1)
+        writer = saver._writer
+        assert writer is not None and writer.pid is not None
+        # Its refusal is in the socket, not read yet; then the writer dies.
+        assert select.select([writer._sock], [], [], 10.0)[0]
+        os.kill(writer.pid, signal.SIGKILL)
+        time.sleep(0.2)
+        with pytest.raises(cs.errors.InvalidArgumentError, match="Variable w holds NaN"):
+            saver.wait_until_finished()
+        sess._write_variables({"w": np.ones(1000, np.float32)})
+        saver.save(sess, str(tmp_path / "model.ckpt"), global_step=2)  # a fresh writer
+        saver.wait_until_finished()
+    finally:
+        saver.close()
+        sess.close()
+    assert ckpt.latest_checkpoint(str(tmp_path)) == str(tmp_path / "model.ckpt-2")
+
+
+def test_async_retention_keeps_a_prefix_saved_again_when_the_second_save_fails(
+        tmp_path: Path) -> None:
+    g, sess = _model(tmp_path)
+    with g.as_default():
+        saver = cs.train.Saver(max_to_keep=3, async_save=True, require_finite=True)
+    prefix = str(tmp_path / "model.ckpt-1")
+    try:
+        saver.save(sess, str(tmp_path / "model.ckpt"), global_step=1)
+        sess._write_variables({"w": np.full(1000, np.inf, np.float32)})
+        saver.save(sess, str(tmp_path / "model.ckpt"), global_step=1)  # refused
+        with pytest.raises(cs.errors.InvalidArgumentError):
+            saver.wait_until_finished()
+        assert saver.last_checkpoints == [prefix]  # the first, written, save stays
+        assert ckpt.latest_checkpoint(str(tmp_path)) == prefix
+    finally:
+        saver.close()
+        sess.close()

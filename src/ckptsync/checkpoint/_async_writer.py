@@ -247,6 +247,9 @@ class AsyncCheckpointWriter:
         self._queue: collections.deque[_Queued] = collections.deque()
         self._closed = False
         self.failed_prefix: str | None = None
+        # How many submitted saves the last failure lost: the failed one and those queued
+        # after it (the last ``failed_count`` submitted before the failure was raised).
+        self.failed_count = 0
         self._start()
 
     # -- worker lifecycle ---------------------------------------------------------------
@@ -455,6 +458,7 @@ class AsyncCheckpointWriter:
                 prefix = head.prefix
             self.failed_prefix = prefix
             dropped = [q.prefix for q in self._queue]
+            self.failed_count = 1 + len(dropped)
             if reply is None:
                 pid = self._proc.pid
                 self._queue.clear()
@@ -471,7 +475,10 @@ class AsyncCheckpointWriter:
                     self._stop()
                     break
             if self._sock is not None:
-                self._sock.sendall(b"C")
+                try:
+                    self._sock.sendall(b"C")
+                except OSError:  # died since its reply: the next submit starts another
+                    self._stop()
             raise error_from_reply(reply)
 
     def wait(self, timeout_s: float | None = None) -> None:

@@ -9,13 +9,14 @@ What it watches::
       model.ckpt-1100.h5                  version 1100
       .model.ckpt-1300.h5.tmp-<pid>-<n>   being written: never read, its events ignored
 
-File events are hints, never truth: each event (closed after writing, moved — by its
-destination path — or deleted) only triggers a rescan of the state file; a timer rescans
-every ``rescan_interval_s`` anyway (inotify queues overflow, NFS delivers no events).
-With inotify, created and modified events are not asked for: they only ever show a
-file still being written, whose close (or rename) follows; the polling observer, which
-sees no closes, acts on created and modified too. Opens and read-only closes are never
-watched (the server's own reads would wake it). A
+File events are hints, never truth: each event (created, closed after writing, moved —
+by its destination path — or deleted) only triggers a rescan of the state file; a timer
+rescans every ``rescan_interval_s`` anyway (inotify queues overflow, NFS delivers no
+events). With inotify, modified events are not asked for: they only ever show a file
+still being written, whose close follows (created events are: a file moved in from
+another directory arrives as one); the polling observer, which sees no closes, acts on
+modified too. Opens and read-only closes are never watched (the server's own reads
+would wake it). A
 checkpoint counts once the state file names it and its ``.h5`` exists. The version is the
 ``-<step>`` suffix of the prefix; prefixes without one are skipped with a warning.
 
@@ -296,7 +297,7 @@ class CheckpointSource:
 
 # The inotify events that end a change of the state file or remove a data file (see the
 # module docstring); each one costs the server's threads ~80 us of watchdog's Python.
-_INOTIFY_EVENTS = [FileClosedEvent, FileMovedEvent, FileDeletedEvent]
+_INOTIFY_EVENTS = [FileCreatedEvent, FileClosedEvent, FileMovedEvent, FileDeletedEvent]
 # What polling reports that can change the state file (it has no close events).
 _POLLED_EVENTS = [FileCreatedEvent, FileModifiedEvent, FileMovedEvent, FileDeletedEvent]
 

@@ -321,7 +321,7 @@ class Saver:
             evicted, kept = self._record(prefix)
             state = StateUpdate(absolute(save_dir), absolute(prefix),
                                 [absolute(p) for p in kept], latest_filename)
-        self._writer.failed_prefix = None
+        self._writer.failed_prefix, self._writer.failed_count = None, 0
         try:
             self._writer.submit(absolute(prefix), named, global_step=gs, metadata=metadata,
                                 state=state, delete=[absolute(p) for p in evicted],
@@ -345,15 +345,17 @@ class Saver:
         return found
 
     def _trim_rollback(self) -> None:
-        """Forgets the rollback points of saves the writer has confirmed."""
-        pending = set(self._writer.pending) if self._writer is not None else set()
-        self._rollback = [(p, r) for p, r in self._rollback if p in pending]
+        """Forgets the rollback points of saves the writer has confirmed (confirmed in
+        submission order, so the unconfirmed ones are the last ``len(pending)``)."""
+        pending = len(self._writer.pending) if self._writer is not None else 0
+        self._rollback = self._rollback[len(self._rollback) - pending:] if pending else []
 
     def _finish_async(self, timeout_s: float | None = None) -> None:
         """Waits for the queued async saves; on a failure forgets it (and the saves
         queued after it) and raises."""
         if self._writer is None:
             return
+        self._writer.failed_prefix, self._writer.failed_count = None, 0
         try:
             self._writer.wait(timeout_s)
         except errors.DeadlineExceededError:
@@ -364,17 +366,15 @@ class Saver:
             raise
         self._rollback = []
 
-    def _roll_back(self, failed: str | None = None) -> None:
-        """Forgets the failed async save (``failed``, default the writer's
-        ``failed_prefix``) and those queued after it: retention as before it, minus
-        checkpoints whose file is gone (the worker may have died after deleting an
+    def _roll_back(self, writer: AsyncCheckpointWriter | None = None) -> None:
+        """Forgets the failed async save and those queued after it (``writer``'s last
+        ``failed_count`` saves, default this Saver's writer): retention as before it,
+        minus checkpoints whose file is gone (the worker may have died after deleting an
         evicted one)."""
-        if failed is None and self._writer is not None:
-            failed = self._writer.failed_prefix
-        points = [r for p, r in self._rollback if p == failed] or [
-            r for _, r in self._rollback[:1]]
-        if points:
-            self._retention = points[0]
+        writer = writer if writer is not None else self._writer
+        count = writer.failed_count if writer is not None else 0
+        if 0 < count <= len(self._rollback):
+            self._retention = self._rollback[-count][1]
             kept = self._retention.last_checkpoints_with_time
             self._retention.set_last_checkpoints_with_time(
                 [(p, t) for p, t in kept if ckpt.checkpoint_exists(p)])
@@ -401,10 +401,11 @@ class Saver:
         writer, self._writer = self._writer, None
         if writer is None:
             return
+        writer.failed_prefix, writer.failed_count = None, 0
         try:
             writer.wait()
         except BaseException:
-            self._roll_back(writer.failed_prefix)
+            self._roll_back(writer)
             raise
         finally:
             self._rollback = []
