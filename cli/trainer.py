@@ -152,7 +152,8 @@ def _run(chief: bool, **kw: Any) -> None:
         loss = "n/a" if summary.final_loss is None else f"{summary.final_loss:.4f}"
         click.echo(f"done: global step {summary.global_step} ({summary.steps_run} steps this run), "
                    f"final loss {loss}, held-out accuracy {acc}, "
-                   f"{summary.checkpoints_written} checkpoints written, last "
+                   f"{summary.checkpoints_written} checkpoints written (the one at session "
+                   f"start included, as TF1's CheckpointSaverHook), last "
                    f"{summary.last_checkpoint}")
     if received and received[-1] == signal.SIGINT:
         sys.exit(130)
