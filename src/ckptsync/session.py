@@ -222,21 +222,19 @@ class Session:
         mapper = self._mapper_for(fetches)
         tensors = [self._feed_tensor(k) for k in (feed_list or [])]
         plan = self._plan_for(mapper, tensors)
-        slots = list(zip(plan.feed_slots, tensors))
+        run = self._plan_runner(plan)
 
         def call(*feed_values: Any, params: Mapping[str, np.ndarray] | None = None,
                  **options: Any) -> Any:
             if options and (not accept_options or set(options) - {"options", "run_metadata"}):
                 raise CkptsyncTypeError(f"unexpected arguments {sorted(options)}")
-            if len(feed_values) != len(slots):
+            if len(feed_values) != len(tensors):
                 raise CkptsyncTypeError(
-                    f"this callable feeds {len(slots)} tensors; got {len(feed_values)} values")
+                    f"this callable feeds {len(tensors)} tensors; got {len(feed_values)} values")
             if self._closed:
                 raise CkptsyncRuntimeError("Attempted to use a closed Session.")
-            values = plan.template.copy()
-            for (s, t), value in zip(slots, feed_values):
-                values[s] = _convert_feed(t, value)
-            return mapper.build(self._execute(plan, values, params))
+            feeds = [_convert_feed(t, value) for t, value in zip(tensors, feed_values)]
+            return mapper.build(run(feeds, params))
 
         return call
 
@@ -249,11 +247,17 @@ class Session:
         Thread-safety: the function may be called from several threads at once.
         """
         fetches = list(fetch_list)
-        plan = self._plan_for(self._mapper_for(fetches), list(feed_list))
+        run = self._plan_runner(self._plan_for(self._mapper_for(fetches), list(feed_list)))
+        run.fetches = fetches  # type: ignore[attr-defined]  # keeps the mapper's key alive
+        return run
+
+    def _plan_runner(self, plan: _Plan
+                     ) -> Callable[[list[Any], Mapping[str, np.ndarray] | None], list[Any]]:
+        """``run(feed_values, params)``: ``plan`` with the values (converted already) in
+        its feed slots; the fetched values in ``plan.fetch_slots`` order."""
         feed_slots = plan.feed_slots
 
-        def run(feed_values: list[np.ndarray], params: Mapping[str, np.ndarray] | None
-                ) -> list[Any]:
+        def run(feed_values: list[Any], params: Mapping[str, np.ndarray] | None) -> list[Any]:
             if self._closed:
                 raise CkptsyncRuntimeError("Attempted to use a closed Session.")
             values = plan.template.copy()
@@ -261,7 +265,6 @@ class Session:
                 values[s] = value
             return self._execute(plan, values, params)
 
-        run.fetches = fetches  # type: ignore[attr-defined]  # keeps the mapper's key alive
         return run
 
     def _execute(self, plan: _Plan, values: list[Any],

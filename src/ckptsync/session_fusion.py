@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 from .graph import Operation, Tensor
 from .ops._registry import FusedInputs, get_op_def
 
-__all__ = ["FusionPlan", "plan_fusion"]
+__all__ = ["FusionPlan", "plan_fusion", "readers_of"]
 
 _Step = Callable[[list[Any], Any], None]
 
@@ -30,6 +30,18 @@ class FusionPlan(NamedTuple):
     n_slots: int  # value slots in all, the extra ones included
 
 
+def readers_of(ordered: list[Operation]) -> dict[int, list[Operation]]:
+    """id(tensor) -> the ops of ``ordered`` that read it as a value (ref inputs, which
+    only name a variable, are not reads)."""
+    readers: dict[int, list[Operation]] = {}
+    for op in ordered:
+        refs = get_op_def(op.type).ref_inputs
+        for i, t in enumerate(op.inputs):
+            if i not in refs:
+                readers.setdefault(id(t), []).append(op)
+    return readers
+
+
 def plan_fusion(ordered: list[Operation], elements: list[Tensor | Operation],
                 fed_ids: set[int], n_slots: int) -> FusionPlan:
     """The fusion part of a plan of ``ordered`` ops that fetches ``elements``, feeds the
@@ -38,18 +50,13 @@ def plan_fusion(ordered: list[Operation], elements: list[Tensor | Operation],
     fusing = [op for op in ordered if get_op_def(op.type).fuse_inputs is not None]
     if not fusing:
         return plan
-    uses: dict[int, int] = {}
-    for op in ordered:
-        refs = get_op_def(op.type).ref_inputs
-        for i, t in enumerate(op.inputs):
-            if i not in refs:
-                uses[id(t)] = uses.get(id(t), 0) + 1
-    for el in elements:
-        uses[id(el)] = uses.get(id(el), 0) + 1
+    readers = readers_of(ordered)
+    fetched = {id(el) for el in elements}
     for op in fusing:
         candidates = [
             i for i, t in enumerate(op.inputs)
-            if uses.get(id(t)) == 1 and id(t) not in fed_ids and len(t.op.outputs) == 1
+            if len(readers.get(id(t), ())) == 1 and id(t) not in fetched
+            and id(t) not in fed_ids and len(t.op.outputs) == 1
             and get_op_def(t.op.type).accepts_out and t.shape.is_fully_defined()]
         planner = get_op_def(op.type).fuse_inputs
         assert planner is not None

@@ -20,6 +20,7 @@ import numpy as np
 
 from .graph import Operation, Tensor
 from .ops._registry import get_op_def
+from .session_fusion import readers_of
 
 __all__ = ["FusedMatMul", "fused_matmul_step", "plan_remap"]
 
@@ -39,12 +40,7 @@ def plan_remap(ordered: list[Operation], elements: list[Tensor | Operation],
     """The chains to fuse in a plan of ``ordered`` ops fetching ``elements``, feeding
     ``fed_ids``; ops in ``taken`` (other fusions) are left alone. Keyed by id of every
     op of a chain."""
-    uses: dict[int, list[Operation]] = {}
-    for op in ordered:
-        refs = get_op_def(op.type).ref_inputs
-        for i, t in enumerate(op.inputs):
-            if i not in refs:
-                uses.setdefault(id(t), []).append(op)
+    uses = readers_of(ordered)
     fetched = {id(el) for el in elements}
 
     def sole_reader(t: Tensor, op_type: str) -> Operation | None:

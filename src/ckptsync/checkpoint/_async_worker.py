@@ -44,7 +44,7 @@ def _run_job(job: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> dict[s
     checkpoints; a NaN/Inf with ``require_finite`` refuses the job before any write."""
     from ..errors import InvalidArgumentError
     from ._format import first_nonfinite
-    from .management import remove_checkpoint
+    from .management import remove_evicted
     from .state import update_checkpoint_state
     from .writer import write_checkpoint
 
@@ -67,11 +67,7 @@ def _run_job(job: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> dict[s
             )
     except Exception as e:
         return error_reply(e)
-    for old in job["delete"]:
-        try:
-            remove_checkpoint(old)
-        except Exception as e:  # as TF1: logged, not raised
-            logger.warning("Ignoring error deleting checkpoint %s: %s", old, e)
+    remove_evicted(job["delete"])
     return {"ok": True}
 
 

@@ -33,9 +33,7 @@ Thread-safety: not thread-safe; one owner (thread) calls submit/wait/close.
 from __future__ import annotations
 
 import collections
-import functools
 import logging
-import mmap
 import os
 import socket
 import subprocess
@@ -52,7 +50,9 @@ import numpy as np
 from .. import errors
 from ..errors import CkptsyncRuntimeError, CkptsyncValueError, UnknownError
 from . import _format
-from ._ipc import NOT_READY, FrameReader, error_from_reply, new_shared_fd, send_frame
+from ._async_slots import Layout, Slot, signature_of
+from ._ipc import NOT_READY, FrameReader, error_from_reply, send_frame
+from .management import remove_evicted
 
 __all__ = ["AsyncCheckpointWriter", "StateUpdate"]
 
@@ -65,8 +65,6 @@ WORKER_COMMAND: list[str] = [
     "-c",
     "from ckptsync.checkpoint._async_worker import worker_main; worker_main()",
 ]
-_ALIGN_BYTES = 64
-_GROW_BYTES = 1 << 20
 _CLOSE_TIMEOUT_S = 60.0
 _MAX_IN_FLIGHT = 4
 _IN_FLIGHT_BUDGET_BYTES = 64 << 20
@@ -87,64 +85,6 @@ class StateUpdate:
     model_checkpoint_path: str
     all_model_checkpoint_paths: list[str]
     latest_filename: str = "checkpoint"
-
-
-class _Buffer:
-    """One shared-memory buffer mapped read-write in the owner."""
-
-    def __init__(self, size_bytes: int):
-        self.size_bytes = size_bytes
-        self.fd = new_shared_fd(size_bytes, "ckptsync-async-save")
-        self.mm = mmap.mmap(self.fd, size_bytes)
-
-    def close(self) -> None:
-        self.mm.close()
-        os.close(self.fd)
-
-
-def _signature(arrays: Mapping[str, Any]) -> tuple[Any, ...] | None:
-    """(key, dtype, shape) of every value, in order, if every value is a C-contiguous
-    ndarray or a numpy scalar (normalized arrays are); None otherwise."""
-    sig = []
-    for k, v in arrays.items():
-        if not (type(v) is np.ndarray and v.flags.c_contiguous) and not isinstance(
-                v, np.generic):
-            return None
-        sig.append((k, v.dtype, v.shape))
-    return tuple(sig)
-
-
-def _layout_of(arrays: Mapping[str, np.ndarray]) -> tuple[list[dict[str, Any]], int]:
-    entries, offset = [], 0
-    for name, arr in arrays.items():
-        entries.append(
-            {"name": name, "dtype": arr.dtype.name, "shape": list(arr.shape), "offset": offset}
-        )
-        offset += -(-arr.nbytes // _ALIGN_BYTES) * _ALIGN_BYTES
-    return entries, offset
-
-
-@dataclass(frozen=True)
-class _Layout:
-    """Where each variable lies in the shared buffer, for one set of keys/dtypes/shapes.
-
-    Attributes:
-        signature: ``_signature`` of the normalized arrays (None never matches).
-        entries: one ``{"name", "dtype", "shape", "offset"}`` per variable, in order.
-        size_bytes: the buffer size needed.
-    """
-
-    signature: tuple[Any, ...] | None
-    entries: list[dict[str, Any]]
-    size_bytes: int
-
-    @functools.cached_property
-    def views(self) -> list[tuple[dict[str, Any], np.dtype, tuple[int, ...], int]]:
-        out = []
-        for e in self.entries:
-            dtype, shape = np.dtype(e["dtype"]), tuple(e["shape"])
-            out.append((e, dtype, shape, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize))
-        return out
 
 
 def _shutdown(proc: subprocess.Popen[bytes], sock: socket.socket) -> None:
@@ -184,32 +124,6 @@ def _was_published(job: _Queued) -> bool:
             and os.path.exists(job.prefix + _format.DATA_SUFFIX))
 
 
-def _remove_evicted(prefixes: Sequence[str]) -> None:
-    from .management import remove_checkpoint
-
-    for old in prefixes:
-        try:
-            remove_checkpoint(old)
-        except Exception as e:  # as TF1: logged, not raised
-            logger.warning("Ignoring error deleting checkpoint %s: %s", old, e)
-
-
-class _Slot:
-    """One shared buffer the owner copies a save into; the worker maps it by index."""
-
-    def __init__(self) -> None:
-        self.buffer: _Buffer | None = None
-        self.sent = False  # the worker has this buffer's fd
-        self.layout: _Layout | None = None  # what ``targets`` were made for
-        self.targets: list[np.ndarray] = []
-
-    def close(self) -> None:
-        self.targets, self.layout = [], None
-        if self.buffer is not None:
-            self.buffer.close()
-            self.buffer = None
-
-
 class AsyncCheckpointWriter:
     """Writes checkpoints in a worker process, in order, a few at a time.
 
@@ -241,8 +155,8 @@ class AsyncCheckpointWriter:
         self._sock: socket.socket | None = None
         self._reader: FrameReader | None = None
         self._finalizer: weakref.finalize[Any, Any] | None = None
-        self._slots: list[_Slot] = []
-        self._layout: _Layout | None = None
+        self._slots: list[Slot] = []
+        self._layout: Layout | None = None
         self._layout_sent = False
         self._queue: collections.deque[_Queued] = collections.deque()
         self._closed = False
@@ -339,13 +253,13 @@ class AsyncCheckpointWriter:
             raise CkptsyncRuntimeError("The async checkpoint writer is closed.")
         self._collect(block=False)  # surface an earlier failure now
         layout = self._layout
-        if layout is None or _signature(arrays) != layout.signature:
+        if layout is None or signature_of(arrays) != layout.signature:
             prepared = {
                 _format.validate_key(k): _format.normalize_array(k, v) for k, v in arrays.items()
             }
-            signature = _signature(prepared)
+            signature = signature_of(prepared)
             if layout is None or signature is None or signature != layout.signature:
-                layout = _Layout(signature, *_layout_of(prepared))
+                layout = Layout.of(signature, prepared)
         else:  # the layout of the last save: keys valid, arrays already normalized
             prepared = dict(arrays)
         step = check_global_step(global_step)
@@ -362,9 +276,9 @@ class AsyncCheckpointWriter:
         busy = {q.slot for q in self._queue}
         index = next((i for i in range(len(self._slots)) if i not in busy), len(self._slots))
         if index == len(self._slots):
-            self._slots.append(_Slot())
+            self._slots.append(Slot())
         slot = self._slots[index]
-        self._copy_in(slot, prepared)
+        slot.copy_in(layout, prepared)
         job = {
             "prefix": prefix,
             "slot": index,
@@ -390,7 +304,7 @@ class AsyncCheckpointWriter:
                 ) from e
         self._queue.append(_Queued(prefix, index, state, list(delete)))
 
-    def _send(self, slot: _Slot, index: int, job: dict[str, Any]) -> None:
+    def _send(self, slot: Slot, index: int, job: dict[str, Any]) -> None:
         assert self._sock is not None and slot.buffer is not None and self._layout is not None
         if not slot.sent:
             socket.send_fds(self._sock, [b"F"], [slot.buffer.fd])
@@ -400,24 +314,6 @@ class AsyncCheckpointWriter:
             job = {**job, "variables": self._layout.entries}
         send_frame(self._sock, b"J", job)
         self._layout_sent = True
-
-    def _copy_in(self, slot: _Slot, arrays: Mapping[str, np.ndarray]) -> None:
-        layout = self._layout
-        assert layout is not None
-        size = layout.size_bytes
-        if slot.buffer is None or slot.buffer.size_bytes < size:
-            slot.close()
-            slot.buffer = _Buffer(max(_GROW_BYTES, -(-size // _GROW_BYTES) * _GROW_BYTES))
-            slot.sent = False
-        if slot.layout is not layout:
-            flat = np.frombuffer(slot.buffer.mm, dtype=np.uint8)
-            slot.targets = [
-                flat[e["offset"] : e["offset"] + nbytes].view(dtype).reshape(shape)
-                for e, dtype, shape, nbytes in layout.views
-            ]
-            slot.layout = layout
-        for dst, src in zip(slot.targets, arrays.values()):
-            np.copyto(dst, src)
 
     def _collect(self, block: bool, count: int | None = None,
                  deadline: float | None = None) -> None:
@@ -450,7 +346,7 @@ class AsyncCheckpointWriter:
                 pid = self._proc.pid
                 logger.warning("The checkpoint writer process (pid %d) died after publishing "
                                "%s; removing the checkpoints it evicted here.", pid, prefix)
-                _remove_evicted(head.delete)
+                remove_evicted(head.delete)
                 if not self._queue:
                     self._stop()
                     continue

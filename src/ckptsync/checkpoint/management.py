@@ -107,6 +107,16 @@ def remove_checkpoint(checkpoint_prefix: str) -> None:
         raise op_error_from_os_error(e, path, "remove checkpoint") from e
 
 
+def remove_evicted(checkpoint_prefixes: Iterable[str]) -> None:
+    """Removes checkpoints that retention evicted, as TF1's Saver does after writing the
+    state file: an error is logged and the next prefix tried, never raised."""
+    for prefix in checkpoint_prefixes:
+        try:
+            remove_checkpoint(prefix)
+        except Exception as e:  # as TF1: logged, not raised
+            logger.warning("Ignoring error deleting checkpoint %s: %s", prefix, e)
+
+
 def _resolve(ckpt_dir_or_file: str) -> str:
     path = os.fspath(ckpt_dir_or_file)
     if os.path.isdir(path):

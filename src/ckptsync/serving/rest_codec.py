@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidArgumentError, OpError
-from .servable import Signature, validate_inputs
+from .servable import Signature, cast_if_finite, validate_inputs
 
 __all__ = ["parse_predict_request", "format_predict_response"]
 
@@ -91,13 +91,10 @@ def _rows_fast(payload: Any, signature: Signature,
         arr = np.asarray(rows)
     except (ValueError, TypeError):
         return None
-    if arr.dtype.kind not in "fiu" or arr.shape[1:] != spec.shape[1:]:
+    if arr.dtype.kind not in "fiu" or arr.shape[1:] != spec.shape[1:] or not arr.size:
         return None
-    with np.errstate(over="ignore", invalid="ignore"):
-        cast = arr.astype(spec.dtype, order="C")
-        if not np.isfinite(np.add.reduce(cast, axis=None)):
-            return None
-    return {key: cast}
+    cast = cast_if_finite(arr, spec.dtype)
+    return None if cast is None else {key: cast}
 
 
 def _parse_rows(instances: Any, names: list[str], max_batch_size: int) -> dict[str, Any]:

@@ -200,6 +200,15 @@ def validate_inputs(signature: Signature, inputs: Mapping[str, Any]) -> dict[str
     return out
 
 
+def cast_if_finite(arr: np.ndarray, dtype: np.dtype) -> np.ndarray | None:
+    """``arr`` (numbers) as a C-contiguous array of the floating ``dtype`` if every value
+    is finite and within its range, else None. Two passes: the cast, then one sum, which
+    is finite only if every value is."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        cast = arr.astype(dtype, order="C")
+        return cast if np.isfinite(np.add.reduce(cast, axis=None)) else None
+
+
 def _convert(key: str, spec: TensorSpec, value: Any) -> np.ndarray:
     try:
         arr = np.asarray(value)
@@ -211,13 +220,9 @@ def _convert(key: str, spec: TensorSpec, value: Any) -> np.ndarray:
         return np.ascontiguousarray(arr)
     kind, want = arr.dtype.kind, spec.dtype.kind
     if want == "f" and kind in "iuf" and arr.size:
-        # The common case (JSON numbers for a float input) in two passes: cast, then one
-        # sum, which is finite only if every value is finite and in range. Otherwise the
-        # checks below say what is wrong.
-        with np.errstate(over="ignore", invalid="ignore"):
-            cast = arr.astype(spec.dtype, order="C")
-            if np.isfinite(np.add.reduce(cast, axis=None)):
-                return cast
+        cast = cast_if_finite(arr, spec.dtype)  # the common case; else the checks below
+        if cast is not None:
+            return cast
     ok = (
         (want in "fc" and kind in "iuf")
         or (want == "c" and kind == "c")

@@ -44,56 +44,18 @@ from .. import checkpoint as ckpt
 from .. import errors
 from ..checkpoint._async_writer import AsyncCheckpointWriter, StateUpdate
 from ..checkpoint._format import first_nonfinite
+from ..checkpoint.management import remove_evicted
 from ..errors import (
     CkptsyncRuntimeError,
-    CkptsyncTypeError,
     CkptsyncValueError,
     InvalidArgumentError,
     NotFoundError,
-    OpError,
 )
-from ..graph import GraphKeys, Tensor, get_default_graph
-from ..variables import Variable
+from .saver_vars import build_var_map, check_session_graph, get_default_graph_step
 
 __all__ = ["Saver"]
 
 log = logging.getLogger(__name__)
-
-
-def _key_of(v: Any) -> str:
-    if isinstance(v, Variable):
-        return v.op.name
-    if isinstance(v, Tensor) and v.op.type == "VariableV2":
-        return v.op.name
-    raise CkptsyncTypeError(f"Variables to save should be passed in a dict or a list, got an "
-                            f"element {v!r}.")
-
-
-def _build_var_map(var_list: Any) -> dict[str, Any]:
-    if var_list is None:
-        var_list = get_default_graph().get_collection(GraphKeys.GLOBAL_VARIABLES) + \
-            get_default_graph().get_collection("saveable_objects")
-    if isinstance(var_list, Mapping):
-        out: dict[str, Any] = {}
-        seen: dict[int, str] = {}
-        for k, v in var_list.items():
-            _key_of(v)
-            if id(v) in seen:
-                raise CkptsyncValueError(
-                    f"The same saveable will be restored with two names: {seen[id(v)]} and {k}")
-            seen[id(v)] = k
-            out[str(k)] = v
-        return out
-    if not isinstance(var_list, (list, tuple, set)):
-        raise CkptsyncTypeError("Variables to save should be passed in a dict or a list: "
-                                f"{var_list!r}")
-    out = {}
-    for v in var_list:
-        k = _key_of(v)
-        if k in out:
-            raise CkptsyncValueError(f"At least two variables have the same name: {k}")
-        out[k] = v
-    return out
 
 
 def _nonfinite_message(key: str, prefix: str) -> str:
@@ -175,7 +137,7 @@ class Saver:
         """Resolves the variables to save (done by the constructor unless deferred)."""
         if self._var_map is not None:
             return
-        var_map = _build_var_map(self._var_list_arg)
+        var_map = build_var_map(self._var_list_arg)
         if not var_map:
             if not self._allow_empty:
                 raise CkptsyncValueError("No variables to save")
@@ -245,7 +207,7 @@ class Saver:
                 is unchanged. With ``async_save``: an earlier queued save's failure.
         """
         var_map = self._map()
-        _check_session_graph(sess, var_map)
+        check_session_graph(sess, var_map)
         if self._is_empty:
             return None
         latest_filename = latest_filename or "checkpoint"
@@ -295,11 +257,7 @@ class Saver:
             evicted, kept = self._record(prefix)
             ckpt.update_checkpoint_state(save_dir, prefix, all_model_checkpoint_paths=kept,
                                          latest_filename=latest_filename)
-            for old in evicted:
-                try:
-                    ckpt.remove_checkpoint(old)
-                except (OSError, OpError) as e:  # as TF1: logged, not raised
-                    log.warning("Ignoring error deleting checkpoint %s: %s", old, e)
+            remove_evicted(evicted)
         return prefix
 
     def _record(self, prefix: str) -> tuple[list[str], list[str]]:
@@ -439,7 +397,7 @@ class Saver:
             DataLossError: the file is corrupt or fails its checksums.
         """
         var_map = self._map()
-        _check_session_graph(sess, var_map)
+        check_session_graph(sess, var_map)
         if self._is_empty:
             return
         if save_path is None:
@@ -484,24 +442,3 @@ class Saver:
         return {"max_to_keep": self._max_to_keep,
                 "keep_checkpoint_every_n_hours": self._keep_hours,
                 "filename": self._filename}
-
-
-def get_default_graph_step(sess: Any, var_map: dict[str, Any]) -> int | None:
-    """The graph's global step value in ``sess`` if it exists and is initialized."""
-    from .training_util import get_global_step
-
-    gs = get_global_step(sess.graph)
-    if gs is None or not sess._has_variable(gs.op.name):
-        return None
-    return int(sess._read_variables([gs.op.name])[gs.op.name])
-
-
-def _check_session_graph(sess: Any, var_map: dict[str, Any]) -> None:
-    """Raises ``ValueError`` when ``sess`` runs another graph than the saved variables'."""
-    graph = getattr(sess, "graph", None)
-    for v in var_map.values():
-        if graph is not None and v.graph is not graph:
-            raise CkptsyncValueError(
-                f"The session runs another graph than the one holding variable {v.op.name}; "
-                "create the Saver and the Session on the same graph.")
-        break
