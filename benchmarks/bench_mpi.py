@@ -4,13 +4,17 @@
    gradients adds to a training step. The graph holds 96 towers of the digits MLP
    (64 -> 128 -> 128 -> 10) on one shared batch: 576 float32 gradient tensors, 10.0 MB,
    produced by the gradient kernels and averaged by ``DistributedOptimizer`` with one
-   fused ``MpiAllreduce`` op. Its cost is ``sess.run(averaged gradients)`` minus
+   fused ``MpiAllreduce`` op (both ranks on this host: the kernels write into an MPI
+   shared-memory window and every rank sums the ranks' segments; see
+   ``ckptsync.distributed._shm``). Its cost is ``sess.run(averaged gradients)`` minus
    ``sess.run(the same gradients, not averaged)`` followed by a barrier (so both wait for
    the slower rank, and only the allreduce path differs; "the same gradients" are the
    op's inputs, computed with the loss's seed already divided by the number of ranks,
    which costs nothing). The limit: one raw mpi4py ``Allreduce`` of one 10 MB buffer
    (``MPI.IN_PLACE``) in a loop, alternating, same ranks.
-   For reference, the same raw ``Allreduce`` added to the un-averaged step (its buffer
+   For reference, the op's reduction alone in the same kind of loop (its segments
+   cache-hot, like the raw buffer), and the same raw ``Allreduce`` added to the
+   un-averaged step (its buffer
    and MPI's are then no longer cache-hot, as in any real step) is printed too.
    Until the fusion buffer took the gradient kernels' outputs directly, this row
    measured 576 variable *reads* fed to the fused op, whose values must be copied into
@@ -212,12 +216,24 @@ def main() -> int:
         dist.barrier()
         return t_raw - timed(plain_step, args.number)
 
+    from ckptsync.distributed import _fusion
+
+    sess.run(averaged, gfeed)  # the first run decides the op's shared window
+    exchange = next(iter(_fusion._layouts[averaged[0].op].values())).buckets[0].exchange
+
+    def reduction_only() -> float:
+        out = np.empty_like(exchange.flat)
+        dist.barrier()
+        return timed(lambda: exchange.reduce_into(out, "sum"), args.number)
+
     def from_reads() -> float:
         dist.barrier()
         return timed(lambda: sess2.run(reduced), args.number)
 
     cases = {"ckptsync": ours, "raw": limit, "raw in a step": limit_in_step,
              "reads": from_reads}
+    if exchange is not None:
+        cases["reduction only"] = reduction_only
     for f in cases.values():
         f()  # warm up every path
     ar = alternate(cases, args.repeats)
@@ -277,6 +293,9 @@ def main() -> int:
               f"x{args.number} per sample:")
         print(fmt_row("  DistributedOptimizer path (added)", ar["ckptsync"], "ms", 1e3))
         print(fmt_row("  raw mpi4py Allreduce, 1 buffer", ar["raw"], "ms", 1e3))
+        if "reduction only" in ar:
+            print(fmt_row("  its shared-memory reduction alone", ar["reduction only"], "ms",
+                          1e3))
         print(fmt_row("  raw Allreduce added to a step", ar["raw in a step"], "ms", 1e3))
         med, lo, hi = summary([r / o for r, o in zip(ar["raw in a step"], ar["ckptsync"])])
         print(f"  raw added to a step / DistributedOptimizer path: {med:.2f}x "

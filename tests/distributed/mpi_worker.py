@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -100,6 +101,45 @@ def check_fused_gradients(r: int, n: int) -> dict[str, bool]:
     return ok
 
 
+def check_exchange(r: int, n: int) -> dict[str, bool]:
+    """The fused op's reduction (through the shared window when every rank is on this
+    host and CKPTSYNC_SHM_ALLREDUCE is not 0) against ``dist.allreduce`` (always
+    ``MPI_Allreduce``), for every ReduceOp and float32/float64/int64 buckets: the same
+    bits with 2 ranks; outputs that survive the next run; inputs the kernels wrote."""
+    from ckptsync.distributed import _fusion
+
+    want_shared = os.environ.get("CKPTSYNC_SHM_ALLREDUCE", "1") != "0"
+    ok = {}
+    for op in dist.ReduceOp:
+        dtypes = [np.float32, np.float64, np.int64]
+        g = cs.Graph()
+        with g.as_default():
+            feeds = [cs.placeholder(cs.as_dtype(d), [2 + i, 3], name=f"x{i}")
+                     for i, d in enumerate(dtypes * 3)]
+            # Doubling op (a kernel the session could hand the window to) then the reduce.
+            reduced = dist.allreduce_tensors([x + x for x in feeds], op)
+        rng = np.random.default_rng(100 + r)
+        held: list[np.ndarray] = []  # the previous run's outputs, still held
+        copies: list[np.ndarray] = []
+        with cs.Session(graph=g) as sess:
+            for step in range(3):
+                values = [(rng.normal(size=x.shape.as_list()) * 50).astype(x.dtype.np)
+                          for x in feeds]
+                got = sess.run(reduced, dict(zip(feeds, values)))
+                kept = [a.copy() for a in got]
+                want = dist.allreduce([v + v for v in values], op)
+                name = f"{op.name}_{step}"
+                ok[name] = all(a.dtype == w.dtype and np.array_equal(a, w)
+                               for a, w in zip(got, want))
+                if step:
+                    ok[f"{name}_kept"] = all(np.array_equal(a, k) for a, k in zip(held, copies))
+                held, copies = got, kept
+        layout = _fusion._layouts[reduced[0].op]
+        used = [b.exchange is not None for lay in layout.values() for b in lay.buckets]
+        ok[f"{op.name}_exchange_as_configured"] = used and all(u == want_shared for u in used)
+    return ok
+
+
 def build(seed: int) -> tuple[cs.Graph, object, object, object]:
     g = cs.Graph()
     with g.as_default():
@@ -123,8 +163,13 @@ def build(seed: int) -> tuple[cs.Graph, object, object, object]:
 def main() -> None:
     out_dir, steps = Path(sys.argv[1]), int(sys.argv[2])
     r, n = dist.rank(), dist.size()
+    if steps == 0:  # only the reduction paths
+        report = {"rank": r, "exchange": check_exchange(r, n)}
+        (out_dir / f"rank{r}.json").write_text(json.dumps(report))
+        return
     report: dict[str, object] = {"rank": r, "size": n, "collectives": check_collectives(r, n),
-                                 "fused_gradients": check_fused_gradients(r, n)}
+                                 "fused_gradients": check_fused_gradients(r, n),
+                                 "exchange": check_exchange(r, n)}
 
     # Broadcast: ranks initialize with different seeds; after the hook all hold rank 0's.
     g, x, y, train_op = build(seed=100 + r)

@@ -32,6 +32,20 @@ def test_gradient_kernels_write_into_the_fusion_buffer_and_give_the_exact_averag
         assert d["fused_gradients"] and all(d["fused_gradients"].values()), d["fused_gradients"]
 
 
+def test_the_shared_memory_reduction_gives_mpi_allreduces_bits_for_every_op(reports):
+    for d in reports:
+        assert d["exchange"] and all(d["exchange"].values()), d["exchange"]
+
+
+def test_with_shared_memory_switched_off_the_fused_op_uses_mpi_allreduce(tmp_path):
+    r = run_mpi(mpiexec(2, sys.executable, WORKER, str(tmp_path), "0"), timeout_s=120,
+                CKPTSYNC_SHM_ALLREDUCE="0")
+    assert r.returncode == 0, r.stdout + r.stderr
+    for k in range(2):
+        d = json.loads((tmp_path / f"rank{k}.json").read_text())["exchange"]
+        assert d and all(d.values()), d
+
+
 def test_broadcast_makes_ranks_initialized_with_different_seeds_equal(reports):
     r0, r1 = reports
     assert r0["before"] != r1["before"], "the ranks must start different for this test"
