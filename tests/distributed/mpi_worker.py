@@ -105,7 +105,8 @@ def check_exchange(r: int, n: int) -> dict[str, bool]:
     """The fused op's reduction (through the shared window when every rank is on this
     host and CKPTSYNC_SHM_ALLREDUCE is not 0) against ``dist.allreduce`` (always
     ``MPI_Allreduce``), for every ReduceOp and float32/float64/int64 buckets: the same
-    bits with 2 ranks; outputs that survive the next run; inputs the kernels wrote."""
+    bits with 2 ranks; outputs that survive the next run (the result then goes to a
+    private buffer, not the shared one)."""
     from ckptsync.distributed import _fusion
 
     want_shared = os.environ.get("CKPTSYNC_SHM_ALLREDUCE", "1") != "0"
@@ -133,6 +134,10 @@ def check_exchange(r: int, n: int) -> dict[str, bool]:
                                for a, w in zip(got, want))
                 if step:
                     ok[f"{name}_kept"] = all(np.array_equal(a, k) for a, k in zip(held, copies))
+                exchange = _fusion._layouts[reduced[0].op][
+                    _fusion._fusion_threshold()].buckets[0].exchange
+                if exchange is not None:  # the shared result unless a rank holds the last
+                    ok[f"{name}_where"] = (got[0].base is exchange.out_flat) == (step != 1)
                 held, copies = got, kept
         layout = _fusion._layouts[reduced[0].op]
         used = [b.exchange is not None for lay in layout.values() for b in lay.buckets]

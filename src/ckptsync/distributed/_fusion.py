@@ -24,19 +24,21 @@ One run:
    returns views of the result: no unpack.
 
 Where every rank runs on one host, a bucket's buffer for the kernels is this rank's
-segment of an MPI shared-memory window (:mod:`._shm`, decided at the op's first run):
-every rank sums all segments into a private output buffer from the pool, and no bytes go
-through MPI's transport (10 MB of gradients on 2 ranks: ~1.5x faster than
-``MPI_Allreduce``). Otherwise (ranks on several hosts, or ``CKPTSYNC_SHM_ALLREDUCE=0``)
-the pool buffer itself takes the kernels' outputs and one in-place ``MPI_Allreduce``.
+segment of an MPI shared-memory window (:mod:`._shm`, decided at the op's first run),
+each rank combines its share of all segments into one shared result, and the outputs are
+views of that (or of a pool buffer, while a rank still holds the last shared result): no
+byte goes through MPI's transport. Otherwise (ranks on several hosts, or
+``CKPTSYNC_SHM_ALLREDUCE=0``) the pool buffer itself takes the kernels' outputs and one
+in-place ``MPI_Allreduce``.
 
 ``DistributedOptimizer`` builds a ``SUM`` of gradients already divided by ``size`` (see
 :mod:`.optimizer`), so on its path nothing touches the buffer but the gradient kernels
-and the reduction. Buckets are reduced at the op's turn, not one by one as their producers finish:
-measured on 2 ranks, five 2 MB allreduces during the backward pass cost ~40 % more than
-one 10 MB allreduce after it (each waits for the slower rank at its own point).
+and the reduction. Buckets are reduced at the op's turn, not one by one as their
+producers finish: measured on 2 ranks, five 2 MB allreduces during the backward pass
+cost ~40 % more than one 10 MB allreduce after it (each waits for the slower rank at its
+own point).
 
-Ownership: the outputs are views of a pool buffer. A buffer is reused only when neither it
+Ownership: a pool buffer (or the shared result) is reused only when neither it
 nor any view of it (nor any array derived from one) is referenced any more, checked by
 reference counts, so an output held by the caller is never overwritten by a later run;
 a run that finds every buffer busy allocates a new one. Every plan (and session) that
@@ -64,6 +66,7 @@ import numpy as np
 from ..graph import Operation
 from . import _shm
 from ._runtime import _comm, _guard, _mpi, size
+from ._shm import views_free, views_of
 from .collectives import ReduceOp, _fusion_threshold, allreduce, plan_buckets
 
 __all__ = ["FusedAllreduce", "plan_fused_allreduce", "BUFFERS_PER_BUCKET"]
@@ -84,32 +87,16 @@ class _Buffer:
     __slots__ = ("flat", "views")
 
     def __init__(self, dtype: np.dtype[Any], shapes: Sequence[tuple[int, ...]]):
-        self.flat = np.empty(_elements(shapes), dtype)
-        self.views = _views_of(self.flat, shapes)
-
-
-def _elements(shapes: Sequence[tuple[int, ...]]) -> int:
-    return sum(int(np.prod(s, dtype=np.int64)) for s in shapes)
-
-
-def _views_of(flat: np.ndarray, shapes: Sequence[tuple[int, ...]]) -> list[np.ndarray]:
-    """One view of ``flat`` per shape, back to back."""
-    views, o = [], 0
-    for shape in shapes:
-        n = int(np.prod(shape, dtype=np.int64))
-        views.append(flat[o:o + n].reshape(shape))
-        o += n
-    return views
+        self.flat = np.empty(sum(int(np.prod(s, dtype=np.int64)) for s in shapes), dtype)
+        self.views = views_of(self.flat, shapes)
 
 
 def _is_free(buf: _Buffer) -> bool:
     """No run holds ``buf`` and no view of it (or array derived from one) is alive."""
     # References to ``buf``: the pool list, the caller's loop variable, our argument and
-    # getrefcount's; to ``flat``: ``buf`` and every view's ``base``, plus getrefcount's;
-    # to each view: ``buf.views`` and getrefcount's.
-    return (sys.getrefcount(buf) <= 4
-            and sys.getrefcount(buf.flat) <= len(buf.views) + 2
-            and (not buf.views or max(map(sys.getrefcount, buf.views)) <= 2))
+    # getrefcount's; to ``flat``: ``buf`` and every view's ``base``; to each view:
+    # ``buf.views``.
+    return sys.getrefcount(buf) <= 4 and views_free(buf.flat, buf.views)
 
 
 def _picker(positions: list[int], total: int) -> Callable[[Sequence[Any]], Sequence[Any]]:
@@ -139,19 +126,16 @@ class _BucketLayout:
         # buffers and MPI_Allreduce); decided at the op's first run, on every rank.
         self.exchange: _shm.Exchange | None = None
         self.decided = False
-        self.exchange_views: list[np.ndarray] = []
 
     def decide_exchange(self) -> None:
         """Collective: every rank calls it at the op's first run, bucket by bucket."""
-        self.exchange = _shm.create(self.dtype, _elements(self.shapes))
+        self.exchange = _shm.create(self.dtype, self.shapes)
         self.decided = True
-        if self.exchange is not None:
-            self.exchange_views = _views_of(self.exchange.flat, self.shapes)
 
     def targets(self, buf: _Buffer) -> list[np.ndarray]:
         """Where this run's inputs go: the shared window when there is one (the output
         is then ``buf``), else ``buf`` itself (reduced in place)."""
-        return self.exchange_views if self.exchange is not None else buf.views
+        return buf.views if self.exchange is None else self.exchange.in_views
 
 
 class _Layout:
@@ -273,6 +257,7 @@ class FusedAllreduce:
         MPI, comm = _mpi(), _comm()
         mpi_op = getattr(MPI, _MPI_OPS[self.reduce_op])
         mean = self.reduce_op is ReduceOp.MEAN
+        results = []
         for b, buf, pairs in zip(self._buckets, bufs, copies):
             exchange = b.layout.exchange
             flat = buf.flat if exchange is None else exchange.flat
@@ -285,17 +270,20 @@ class FusedAllreduce:
                     np.copyto(v, a)
                 if prescale:
                     np.multiply(flat, self._scale, out=flat)
+            divide = self.n_ranks if mean and not b.layout.is_float else 1
             with _guard(b.layout.what):
                 if exchange is not None:
-                    exchange.reduce_into(buf.flat, self.reduce_op.value)
-                else:
-                    comm.Allreduce(MPI.IN_PLACE, flat, op=mpi_op)
-            if mean and not b.layout.is_float:
-                np.floor_divide(buf.flat, self.n_ranks, out=buf.flat)
-        if len(bufs) == 1:
-            return self._pick_outputs(bufs[0].views)  # type: ignore[return-value]
+                    shared = exchange.allreduce(self.reduce_op.value, buf.flat, divide)
+                    results.append(exchange.out_views if shared else buf.views)
+                    continue
+                comm.Allreduce(MPI.IN_PLACE, flat, op=mpi_op)
+            if divide != 1:
+                np.floor_divide(flat, divide, out=flat)
+            results.append(buf.views)
+        if len(results) == 1:
+            return self._pick_outputs(results[0])  # type: ignore[return-value]
         return self._pick_outputs(  # type: ignore[return-value]
-            [v for buf in bufs for v in buf.views])
+            [v for views in results for v in views])
 
 
 def plan_fused_allreduce(op: Operation, candidates: list[int]) -> FusedAllreduce | None:
