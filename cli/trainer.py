@@ -8,6 +8,7 @@ model file or data), 130 interrupted by Ctrl-C (after a final checkpoint).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -105,6 +106,7 @@ def _run(chief: bool, **kw: Any) -> None:
         opts = TrainerOptions(**kw)
     except CkptsyncValueError as e:
         fail(str(e), EXIT_USAGE)
+    created_dir = not os.path.isdir(opts.checkpoint_dir)
     try:
         os.makedirs(opts.checkpoint_dir, exist_ok=True)
     except OSError as e:
@@ -124,6 +126,9 @@ def _run(chief: bool, **kw: Any) -> None:
         summary = run_training(opts, on_progress=report if chief else None, stop_event=stop)
     except (ModelFileError, DataError) as e:
         report.close()
+        if created_dir:  # refused before the first step: leave no empty directory behind
+            with contextlib.suppress(OSError):
+                os.rmdir(opts.checkpoint_dir)
         fail(str(e), EXIT_USAGE)
     except NanLossDuringTrainingError as e:
         report.close()
@@ -152,7 +157,8 @@ def _run(chief: bool, **kw: Any) -> None:
         loss = "n/a" if summary.final_loss is None else f"{summary.final_loss:.4f}"
         click.echo(f"done: global step {summary.global_step} ({summary.steps_run} steps this run), "
                    f"final loss {loss}, held-out accuracy {acc}, "
-                   f"{summary.checkpoints_written} checkpoints written (the one at session "
+                   f"{summary.checkpoints_written} checkpoint"
+                   f"{'' if summary.checkpoints_written == 1 else 's'} written (the one at session "
                    f"start included, as TF1's CheckpointSaverHook), last "
                    f"{summary.last_checkpoint}")
     if received and received[-1] == signal.SIGINT:

@@ -142,6 +142,22 @@ def check_exchange(r: int, n: int) -> dict[str, bool]:
         layout = _fusion._layouts[reduced[0].op]
         used = [b.exchange is not None for lay in layout.values() for b in lay.buckets]
         ok[f"{op.name}_exchange_as_configured"] = used and all(u == want_shared for u in used)
+    # A model of one variable: the op has one output (the array, not a tuple).
+    g = cs.Graph()
+    with g.as_default():
+        x = cs.placeholder(cs.float32, [None, 4], name="x")
+        w = cs.get_variable("w", [4, 2], initializer=cs.ones_initializer())
+        loss = cs.reduce_mean(cs.square(cs.matmul(x, w)))
+        train_op = dist.DistributedOptimizer(cs.train.AdamOptimizer(0.1)).minimize(loss)
+        init = cs.global_variables_initializer()
+    with cs.Session(graph=g) as sess:
+        sess.run(init)
+        for _ in range(3):
+            sess.run(train_op, {x: np.full((5, 4), r + 1.0, np.float32)})
+        values = sess.run(w)
+    ok["one_variable_trains"] = not np.array_equal(values, np.ones((4, 2), np.float32))
+    ok["one_variable_same_bits"] = len(set(dist.allgather_object(
+        checksum({"w": values})))) == 1
     return ok
 
 

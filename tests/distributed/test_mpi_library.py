@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 
 import pytest
 
-from .conftest import WORKER, mpiexec, needs_mpi, run_mpi
+from .conftest import REPO, WORKER, env, mpiexec, needs_mpi, run_mpi
 
 pytestmark = [needs_mpi, pytest.mark.timeout(180)]
 
@@ -58,3 +59,14 @@ def test_after_n_steps_every_rank_holds_bit_identical_variables(reports):
     assert r0["after_training"] == r1["after_training"] != r0["after_broadcast"]
     # The gradients of all variables went through one fused allreduce op.
     assert r0["allreduce_ops"] == 1
+
+
+def test_the_readme_mpi_example_trains_on_two_ranks_and_rank_0_checkpoints(tmp_path):
+    readme = (REPO / "README.md").read_text()
+    start = readme.index("import numpy as np\nimport ckptsync as cs\nfrom ckptsync import distributed")
+    (tmp_path / "train_mpi.py").write_text(readme[start:readme.index("```", start)])
+    r = subprocess.run(mpiexec(2, sys.executable, "train_mpi.py"), env=env(), cwd=tmp_path,
+                       capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sorted(p.name for p in (tmp_path / "mpi_ckpts").glob("*.h5")) == [
+        "model.ckpt-0.h5", "model.ckpt-100.h5"]

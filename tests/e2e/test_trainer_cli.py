@@ -87,6 +87,8 @@ def test_bad_input_gives_one_clear_line_and_usage_exit_code(tmp_path, args, code
     assert message in r.stderr
     assert "Traceback" not in r.stderr
     assert not list(tmp_path.glob("c/*.h5")), "nothing may be written on bad input"
+    if code == 2 and "--steps" not in args and "--save-every-secs" not in args:
+        assert not (tmp_path / "c").exists(), "a directory made for a refused run is removed"
 
 
 def test_model_file_without_build_net_is_a_usage_error(tmp_path):

@@ -157,7 +157,7 @@ def test_gate_rejects_and_previous_keeps_serving(tmp_path, mlp):
         (entry,) = manager.status(2)
         assert entry["state"] == "END"
         assert entry["status"]["error_code"] == "FAILED_PRECONDITION"
-        assert "rejected by the gate gate: version 2 scored low" in entry["status"]["error_message"]
+        assert "rejected by the gate function gate: version 2 scored low" in entry["status"]["error_message"]
         publish(tmp_path, 3)
         assert manager.wait_for_version(3, timeout_s=10).version == 3
         assert seen[-1].previous is not None and seen[-1].previous.version == 1

@@ -278,7 +278,7 @@ def test_version_flag_admin_token_env_and_gate(tmp_path, model_file):
                 time.sleep(0.02)
             status = r.json()["model_version_status"][0]
             assert status["status"]["error_code"] == "FAILED_PRECONDITION"
-            assert "rejected by the gate below_5" in status["status"]["error_message"]
+            assert "rejected by the gate function below_5" in status["status"]["error_message"]
             publish(tmp_path / "ckpts", 4)
             while client.get("/readyz").json()["model_version"] != 4:
                 assert time.monotonic() < deadline + 30

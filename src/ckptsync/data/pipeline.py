@@ -68,8 +68,10 @@ class BatchIterator:
         if position.get("seed") != self._seed or position.get("batch_size") != self._batch:
             raise CkptsyncValueError(
                 f"Cannot resume the data order: the checkpoint was written with seed "
-                f"{position.get('seed')} and batch size {position.get('batch_size')}, this run "
-                f"uses seed {self._seed} and batch size {self._batch}.")
+                f"{position.get('seed')} and global batch size {position.get('batch_size')}, "
+                f"this run uses seed {self._seed} and global batch size {self._batch} (the "
+                f"global batch is ranks x --batch-size); use the same, or another "
+                f"--checkpoint-dir.")
         self._epoch = int(position["epoch"])
         self._offset = int(position["offset"])
         self._perm = self._permutation(self._epoch)

@@ -230,8 +230,9 @@ class FusedAllreduce:
         return [v for b, buf in zip(self._buckets, bufs)
                 for v in b.pick_direct(b.layout.targets(buf))]
 
-    def run(self, ctx: Any, op: Operation, *arrays: Any) -> tuple[np.ndarray, ...]:
-        """The reduced inputs, in order: views of this run's buffers."""
+    def run(self, ctx: Any, op: Operation, *arrays: Any) -> Any:
+        """The reduced inputs, in order (a tuple; the array itself for one input): views
+        of this run's buffers."""
         bufs = ctx.scratch.pop(self, None) or self._layout.acquire()
         for b in self._buckets:
             if not b.layout.decided:
@@ -251,7 +252,8 @@ class FusedAllreduce:
                 a, v = np.asarray(arrays[b.inputs[p]]), views[p]
                 if a.shape != v.shape or a.dtype != v.dtype:
                     # Not the static layout (every rank sees the same): the general path.
-                    return tuple(allreduce(list(arrays), self.reduce_op))
+                    out = allreduce(list(arrays), self.reduce_op)
+                    return out[0] if len(out) == 1 else tuple(out)
                 pairs.append((v, a))
             copies.append(pairs)
         MPI, comm = _mpi(), _comm()
@@ -280,10 +282,10 @@ class FusedAllreduce:
             if divide != 1:
                 np.floor_divide(flat, divide, out=flat)
             results.append(buf.views)
-        if len(results) == 1:
-            return self._pick_outputs(results[0])  # type: ignore[return-value]
-        return self._pick_outputs(  # type: ignore[return-value]
-            [v for views in results for v in views])
+        picked = self._pick_outputs(
+            results[0] if len(results) == 1 else [v for views in results for v in views])
+        # The session stores a single-output op's result as is: the array, not a tuple.
+        return picked[0] if len(picked) == 1 else picked  # type: ignore[return-value]
 
 
 def plan_fused_allreduce(op: Operation, candidates: list[int]) -> FusedAllreduce | None:

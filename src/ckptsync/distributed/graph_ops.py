@@ -49,8 +49,11 @@ def _allreduce_grad(op: Operation, *grads: Tensor | None) -> list[Tensor | None]
 
 @register(ALLREDUCE_OP_TYPE, kind="stateful", grad=_allreduce_grad,
           fuse_inputs=plan_fused_allreduce)
-def _allreduce_kernel(ctx: Any, op: Operation, *arrays: np.ndarray) -> tuple[np.ndarray, ...]:
-    return tuple(allreduce(list(arrays), ReduceOp(op.attrs["op"])))
+def _allreduce_kernel(ctx: Any, op: Operation, *arrays: np.ndarray) -> Any:
+    """The reduced arrays: a tuple, or the array itself for an op of one output (the
+    session stores a single-output op's result as is)."""
+    out = allreduce(list(arrays), ReduceOp(op.attrs["op"]))
+    return out[0] if len(out) == 1 else tuple(out)
 
 
 def allreduce_tensors(tensors: Sequence[Any], op: ReduceOp = ReduceOp.MEAN,

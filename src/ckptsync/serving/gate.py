@@ -94,7 +94,7 @@ def run_gate(gate: Gate, candidate: Candidate) -> tuple[bool, str]:
     if isinstance(answer, (bool, np.bool_)):
         if answer:
             return True, reason
-        return False, f"rejected by the gate {name}" + (f": {reason}" if reason else "")
+        return False, f"rejected by the gate function {name}" + (f": {reason}" if reason else "")
     return False, (
         f"the gate {name} must return a bool or (bool, str), got {type(answer).__name__}; "
         "refusing the version"

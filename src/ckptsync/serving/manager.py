@@ -212,10 +212,13 @@ class ModelManager(_VersionBook):
         snap = self._current  # one read: the whole request uses this snapshot
         if version is None:
             if snap is None:
+                pinned = self._policy.pinned
+                waiting = ("a checkpoint" if pinned is None
+                           else f"version {pinned} (the server is pinned to it)")
                 raise UnavailableError(
                     None,
                     None,
-                    f"no version of the model is loaded yet; waiting for a checkpoint in "
+                    f"no version of the model is loaded yet; waiting for {waiting} in "
                     f"{self.source_dir}",
                 )
             return snap
@@ -236,6 +239,11 @@ class ModelManager(_VersionBook):
         """The version being served, or None."""
         snap = self._current
         return None if snap is None else snap.version
+
+    def _serving(self) -> str:
+        """For log lines: "still serving version N" or "nothing served yet"."""
+        version = self.version
+        return "nothing served yet" if version is None else f"still serving version {version}"
 
     @property
     def ready(self) -> bool:
@@ -414,20 +422,15 @@ class ModelManager(_VersionBook):
                 logger.warning("%s vanished before it was read; rescanning", target.prefix)
                 self._source.rescan()
             else:
-                logger.error(
-                    "refusing version %d (still serving %s): %s", target.version, self.version, e
-                )
+                logger.error("refusing version %d (%s): %s", target.version, self._serving(), e)
             return
         if gated and self._gate is not None:
             accepted, reason = run_gate(self._gate, Candidate(self.servable, snap, self._current))
             if not accepted:
                 self._failed(rec, FAILED_PRECONDITION, reason, rejected=True)
-                logger.error(
-                    "refusing version %d (still serving %s): %s",
-                    target.version,
-                    self.version,
-                    reason,
-                )
+                # Expected behaviour (the gate's job), not a fault: a warning.
+                logger.warning("refusing version %d (%s): %s", target.version,
+                               self._serving(), reason)
                 return
         with self._cond:
             if self._stop:  # closed while loading: serve nothing new
