@@ -59,6 +59,14 @@ def check_collectives(r: int, n: int) -> dict[str, bool]:
             np.array_equal(g, np.sum([e[i] for e in every], axis=0) / m.dtype.type(n))
             for i, (g, m) in enumerate(zip(got, mine)) if m.dtype.kind == "f")
     ok["inputs_untouched"] = all(np.array_equal(a, b) for a, b in zip(mine, rank_arrays(r)))
+    flags = [np.array([r % 2 == 0, True, False, r == 1]), np.arange(4) % (r + 2) == 0]
+    every_flags = [[np.array([k % 2 == 0, True, False, k == 1]), np.arange(4) % (k + 2) == 0]
+                   for k in range(n)]
+    ok["bool_MAX_is_or"] = all(np.array_equal(g, np.logical_or.reduce([e[i] for e in every_flags]))
+                               for i, g in enumerate(dist.allreduce(flags, dist.ReduceOp.MAX)))
+    ok["bool_MIN_is_and"] = all(
+        np.array_equal(g, np.logical_and.reduce([e[i] for e in every_flags]))
+        for i, g in enumerate(dist.allreduce(flags, dist.ReduceOp.MIN)))
     got = dist.broadcast(mine, 1 % n)
     ok["broadcast"] = all(np.array_equal(g, e) for g, e in zip(got, every[1 % n]))
     ok["broadcast_object"] = dist.broadcast_object({"r": r}, 0) == {"r": 0}
@@ -115,7 +123,8 @@ def check_exchange(r: int, n: int) -> dict[str, bool]:
         dtypes = [np.float32, np.float64, np.int64]
         g = cs.Graph()
         with g.as_default():
-            feeds = [cs.placeholder(cs.as_dtype(d), [2 + i, 3], name=f"x{i}")
+            # Buckets of 40-200 KB: above _shm.MIN_BUCKET_BYTES.
+            feeds = [cs.placeholder(cs.as_dtype(d), [2 + i, 1500], name=f"x{i}")
                      for i, d in enumerate(dtypes * 3)]
             # Doubling op (a kernel the session could hand the window to) then the reduce.
             reduced = dist.allreduce_tensors([x + x for x in feeds], op)
@@ -132,6 +141,8 @@ def check_exchange(r: int, n: int) -> dict[str, bool]:
                 name = f"{op.name}_{step}"
                 ok[name] = all(a.dtype == w.dtype and np.array_equal(a, w)
                                for a, w in zip(got, want))
+                # Outputs are read-only: shared memory must not be changed by one rank.
+                ok[f"{name}_read_only"] = not any(a.flags.writeable for a in got)
                 if step:
                     ok[f"{name}_kept"] = all(np.array_equal(a, k) for a, k in zip(held, copies))
                 exchange = _fusion._layouts[reduced[0].op][
@@ -161,6 +172,41 @@ def check_exchange(r: int, n: int) -> dict[str, bool]:
     return ok
 
 
+def check_windows(r: int, n: int) -> dict[str, bool]:
+    """Shared windows: a small bucket stays on MPI_Allreduce; a big one (24 MiB) uses a
+    window only when /dev/shm has room (the test runs this under a 64 MiB tmpfs too);
+    the windows of dropped graphs are freed."""
+    import gc
+
+    from ckptsync.distributed import _fusion, _shm
+
+    def one(shape: list[int]) -> tuple[bool, bool]:
+        g = cs.Graph()
+        with g.as_default():
+            x = cs.placeholder(cs.float32, shape, name="x")
+            reduced = dist.allreduce_tensors([x + x], dist.ReduceOp.SUM)
+        value = np.full(shape, r + 1.0, np.float32)
+        with cs.Session(graph=g) as sess:
+            right = all(np.array_equal(sess.run(reduced[0], {x: value}), 2.0 * n * (n + 1) / 2
+                                       * np.ones(shape, np.float32)) for _ in range(2))
+        layout = _fusion._layouts[reduced[0].op][_fusion._fusion_threshold()]
+        return right, layout.buckets[0].exchange is not None
+
+    ok = {}
+    right, used = one([4, 100])
+    ok["small_right"], ok["small_not_shared"] = right, not used
+    right, used = one([1024, 6144])
+    ok["big_right"] = right
+    ok["big_shared_iff_room"] = used == (os.environ.get("EXPECT_BIG_SHARED") == "1")
+    live = []
+    for _ in range(6):
+        gc.collect()  # graphs are reference cycles; the next create() frees their windows
+        one([64, 1024])
+        live.append(len(_shm._live))
+    ok["dropped_graphs_windows_freed"] = max(live) <= 2
+    return ok
+
+
 def build(seed: int) -> tuple[cs.Graph, object, object, object]:
     g = cs.Graph()
     with g.as_default():
@@ -185,7 +231,7 @@ def main() -> None:
     out_dir, steps = Path(sys.argv[1]), int(sys.argv[2])
     r, n = dist.rank(), dist.size()
     if steps == 0:  # only the reduction paths
-        report = {"rank": r, "exchange": check_exchange(r, n)}
+        report = {"rank": r, "exchange": check_exchange(r, n), "windows": check_windows(r, n)}
         (out_dir / f"rank{r}.json").write_text(json.dumps(report))
         return
     report: dict[str, object] = {"rank": r, "size": n, "collectives": check_collectives(r, n),

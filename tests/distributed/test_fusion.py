@@ -236,6 +236,18 @@ def test_an_op_of_one_tensor_gives_the_array_itself_fused_or_not(two_ranks):
     assert isinstance(got_plain, np.ndarray) and np.array_equal(got_plain, value)
 
 
+@pytest.mark.parametrize(("dtype", "op"), [
+    (cs.complex64, dist.ReduceOp.MAX), (cs.complex128, dist.ReduceOp.MIN),
+    (cs.bool, dist.ReduceOp.SUM), (cs.bool, dist.ReduceOp.MEAN),
+])
+def test_a_dtype_the_op_cannot_reduce_is_refused_when_the_graph_is_built(dtype, op):
+    with cs.Graph().as_default():
+        t = cs.placeholder(dtype, [2], name="t")
+        with pytest.raises(TypeError, match=f"t:0 of dtype {dtype.name} cannot be reduced "
+                                            f"with {op.name}"):
+            dist.allreduce_tensors([t], op)
+
+
 def test_distributed_optimizer_trains_a_model_of_one_variable(two_ranks):
     g = cs.Graph()
     with g.as_default():

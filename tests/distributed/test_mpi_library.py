@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 
@@ -38,13 +40,48 @@ def test_the_shared_memory_reduction_gives_mpi_allreduces_bits_for_every_op(repo
         assert d["exchange"] and all(d["exchange"].values()), d["exchange"]
 
 
+def _reduction_reports(out_dir, **env_extra: str) -> list[dict]:
+    """The worker's reduction checks only (``STEPS=0``), on 2 ranks."""
+    r = run_mpi(mpiexec(2, sys.executable, WORKER, str(out_dir), "0"), timeout_s=120,
+                **env_extra)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return [json.loads((out_dir / f"rank{k}.json").read_text()) for k in range(2)]
+
+
+def test_shared_windows_skip_small_buckets_and_dropped_graphs_free_theirs(tmp_path):
+    for d in _reduction_reports(tmp_path, EXPECT_BIG_SHARED="1"):
+        for part in ("exchange", "windows"):
+            assert d[part] and all(d[part].values()), d[part]
+
+
 def test_with_shared_memory_switched_off_the_fused_op_uses_mpi_allreduce(tmp_path):
-    r = run_mpi(mpiexec(2, sys.executable, WORKER, str(tmp_path), "0"), timeout_s=120,
-                CKPTSYNC_SHM_ALLREDUCE="0")
+    for d in _reduction_reports(tmp_path, CKPTSYNC_SHM_ALLREDUCE="0"):
+        for part in ("exchange", "windows"):
+            assert d[part] and all(d[part].values()), d[part]
+
+
+def _can_mount_tmpfs() -> bool:
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                            "mount -t tmpfs -o size=1m tmpfs /mnt"],
+                           capture_output=True, timeout=30)
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(not _can_mount_tmpfs(), reason="needs root and mount namespaces "
+                    "(unshare -m) for a small /dev/shm")
+def test_a_small_dev_shm_keeps_big_buckets_on_mpi_allreduce_instead_of_sigbus(tmp_path):
+    # A container's default /dev/shm is 64 MiB; a 24 MiB bucket needs 3x that on 2 ranks.
+    cmd = " ".join(mpiexec(2, sys.executable, WORKER, str(tmp_path), "0"))
+    r = run_mpi(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                 f"mount -t tmpfs -o size=64m tmpfs /dev/shm && exec {cmd}"], timeout_s=150,
+                EXPECT_BIG_SHARED="0")
     assert r.returncode == 0, r.stdout + r.stderr
     for k in range(2):
-        d = json.loads((tmp_path / f"rank{k}.json").read_text())["exchange"]
-        assert d and all(d.values()), d
+        d = json.loads((tmp_path / f"rank{k}.json").read_text())
+        for part in ("exchange", "windows"):
+            assert d[part] and all(d[part].values()), d[part]
 
 
 def test_broadcast_makes_ranks_initialized_with_different_seeds_equal(reports):

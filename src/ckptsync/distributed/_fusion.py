@@ -67,7 +67,14 @@ from ..graph import Operation
 from . import _shm
 from ._runtime import _comm, _guard, _mpi, size
 from ._shm import views_free, views_of
-from .collectives import ReduceOp, _fusion_threshold, allreduce, plan_buckets
+from .collectives import (
+    ReduceOp,
+    _fusion_threshold,
+    allreduce,
+    mpi_buffer,
+    plan_buckets,
+    reducible,
+)
 
 __all__ = ["FusedAllreduce", "plan_fused_allreduce", "BUFFERS_PER_BUCKET"]
 
@@ -82,21 +89,25 @@ class _Spec(NamedTuple):
 
 
 class _Buffer:
-    """One fusion buffer: ``flat`` and one view per input of its bucket."""
+    """One fusion buffer: ``flat``, one view per input of its bucket for the kernels to
+    write (``views``) and the same read-only for the op's outputs (``outputs``)."""
 
-    __slots__ = ("flat", "views")
+    __slots__ = ("flat", "views", "outputs", "_readonly")
 
     def __init__(self, dtype: np.dtype[Any], shapes: Sequence[tuple[int, ...]]):
         self.flat = np.empty(sum(int(np.prod(s, dtype=np.int64)) for s in shapes), dtype)
         self.views = views_of(self.flat, shapes)
+        self._readonly = self.flat.view()  # views of it are read-only; their base: flat
+        self._readonly.setflags(write=False)
+        self.outputs = views_of(self._readonly, shapes)
 
 
 def _is_free(buf: _Buffer) -> bool:
     """No run holds ``buf`` and no view of it (or array derived from one) is alive."""
     # References to ``buf``: the pool list, the caller's loop variable, our argument and
-    # getrefcount's; to ``flat``: ``buf`` and every view's ``base``; to each view:
-    # ``buf.views``.
-    return sys.getrefcount(buf) <= 4 and views_free(buf.flat, buf.views)
+    # getrefcount's; to ``flat``: ``buf``, the read-only view and every view's ``base``;
+    # to each view: its list.
+    return sys.getrefcount(buf) <= 4 and views_free(buf.flat, buf.views, buf.outputs, owners=2)
 
 
 def _picker(positions: list[int], total: int) -> Callable[[Sequence[Any]], Sequence[Any]]:
@@ -276,12 +287,12 @@ class FusedAllreduce:
             with _guard(b.layout.what):
                 if exchange is not None:
                     shared = exchange.allreduce(self.reduce_op.value, buf.flat, divide)
-                    results.append(exchange.out_views if shared else buf.views)
+                    results.append(exchange.out_views if shared else buf.outputs)
                     continue
-                comm.Allreduce(MPI.IN_PLACE, flat, op=mpi_op)
+                comm.Allreduce(MPI.IN_PLACE, mpi_buffer(flat), op=mpi_op)
             if divide != 1:
                 np.floor_divide(flat, divide, out=flat)
-            results.append(buf.views)
+            results.append(buf.outputs)
         picked = self._pick_outputs(
             results[0] if len(results) == 1 else [v for views in results for v in views])
         # The session stores a single-output op's result as is: the array, not a tuple.
@@ -297,8 +308,7 @@ def plan_fused_allreduce(op: Operation, candidates: list[int]) -> FusedAllreduce
         return None
     reduce_op = ReduceOp(op.attrs["op"])
     for t in op.inputs:
-        kind = np.dtype(t.dtype.np).kind
-        if not t.shape.is_fully_defined() or kind not in "biufc" or (
-                kind == "b" and reduce_op in (ReduceOp.SUM, ReduceOp.MEAN)):
+        if not t.shape.is_fully_defined() or not reducible(np.dtype(t.dtype.np).kind,
+                                                           reduce_op):
             return None
     return FusedAllreduce(op, candidates, n_ranks, _fusion_threshold())

@@ -91,15 +91,31 @@ def plan_buckets(arrays: Sequence[Any], threshold_bytes: int) -> list[list[int]]
     return buckets
 
 
+def reducible(kind: str, op: ReduceOp | None) -> bool:
+    """Whether arrays of numpy dtype ``kind`` can be reduced by ``op`` (None: broadcast):
+    numeric kinds; bool only with MAX/MIN (or, and); complex not with MAX/MIN (no order)."""
+    if kind not in "biufc":
+        return False
+    if kind == "b":
+        return op not in (ReduceOp.SUM, ReduceOp.MEAN)
+    return not (kind == "c" and op in (ReduceOp.MAX, ReduceOp.MIN))
+
+
+def mpi_buffer(buf: np.ndarray) -> np.ndarray:
+    """``buf`` as MPI reduces it: bool as uint8 (MPI has no MAX/MIN for C bool; on 0/1
+    they are or/and)."""
+    return buf.view(np.uint8) if buf.dtype.kind == "b" else buf
+
+
 def _check_dtypes(arrays: Sequence[np.ndarray], op: ReduceOp | None) -> None:
     for a in arrays:
         kind = a.dtype.kind
-        if kind not in "biufc" or (kind == "b" and op in (ReduceOp.SUM, ReduceOp.MEAN)):
+        if not reducible(kind, op):
             what = "allreduce" if op is not None else "broadcast"
             raise CkptsyncTypeError(
                 f"{what}: arrays of dtype {a.dtype} are not supported"
-                + (f" with {op.name}" if op is not None and kind == "b" else "")
-                + "; use a numeric dtype.")
+                + (f" with {op.name}" if op is not None and kind in "bc" else "")
+                + ("; use a numeric dtype." if kind not in "bc" else "."))
 
 
 class _BufferPool:
@@ -207,7 +223,7 @@ def allreduce(arrays: Any, op: ReduceOp = ReduceOp.MEAN, *,
         scale = 1.0 / n_ranks if op is ReduceOp.MEAN and is_float else None
         buf = _pack(arrs, idx, scale)
         with _guard(f"allreduce of {len(idx)} arrays ({buf.nbytes} bytes)"):
-            comm.Allreduce(MPI.IN_PLACE, buf, op=mpi_op)
+            comm.Allreduce(MPI.IN_PLACE, mpi_buffer(buf), op=mpi_op)
         if op is ReduceOp.MEAN and not is_float:
             np.floor_divide(buf, n_ranks, out=buf)
         _unpack(buf, arrs, idx, results)

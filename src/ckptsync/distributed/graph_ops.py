@@ -26,7 +26,7 @@ from ..ops._registry import register
 from ..ops.array_ops import convert_to_tensor
 from ._fusion import plan_fused_allreduce
 from ._runtime import rank, size
-from .collectives import ReduceOp, allgather_object, allreduce, broadcast
+from .collectives import ReduceOp, allgather_object, allreduce, broadcast, reducible
 
 __all__ = ["allreduce_tensors", "broadcast_global_variables", "graph_signature",
            "check_same_graph", "ALLREDUCE_OP_TYPE"]
@@ -69,13 +69,19 @@ def allreduce_tensors(tensors: Sequence[Any], op: ReduceOp = ReduceOp.MEAN,
         The reduced tensors, same dtypes and shapes, in order.
 
     Raises:
-        ValueError: no tensors. TypeError: ``op`` is not a ReduceOp.
+        ValueError: no tensors. TypeError: ``op`` is not a ReduceOp, or a tensor's dtype
+            cannot be reduced with it.
     """
     if not isinstance(op, ReduceOp):
         raise CkptsyncTypeError(f"allreduce_tensors: op must be a ReduceOp, got {op!r}.")
     ts = [convert_to_tensor(t) for t in tensors]
     if not ts:
         raise CkptsyncValueError("allreduce_tensors: no tensors given.")
+    for t in ts:
+        if not reducible(np.dtype(t.dtype.np).kind, op):
+            raise CkptsyncTypeError(
+                f"allreduce_tensors: {t.name} of dtype {t.dtype.name} cannot be reduced with "
+                f"{op.name} (bool: only MAX/MIN; complex: not MAX/MIN).")
     graph = ts[0].graph
     out = graph.create_op(ALLREDUCE_OP_TYPE, ts, [t.dtype for t in ts], [t.shape for t in ts],
                           name=name or ALLREDUCE_OP_TYPE, attrs={"op": op.value})
