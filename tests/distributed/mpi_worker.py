@@ -204,6 +204,28 @@ def check_windows(r: int, n: int) -> dict[str, bool]:
         one([64, 1024])
         live.append(len(_shm._live))
     ok["dropped_graphs_windows_freed"] = max(live) <= 2
+
+    # A single derived view of a shared result keeps it; so does a memoryview of the
+    # buffer under it, past its graph's end and later graphs' window frees.
+    g = cs.Graph()
+    with g.as_default():
+        x = cs.placeholder(cs.float32, [100, 100], name="x")
+        reduced = dist.allreduce_tensors([x + x], dist.ReduceOp.SUM)[0]
+    with cs.Session(graph=g) as sess:
+        out = sess.run(reduced, {x: np.ones((100, 100), np.float32)})
+        exchange = _fusion._layouts[reduced.op][_fusion._fusion_threshold()].buckets[0].exchange
+        shared = exchange is not None and out.base is exchange.out_flat
+        part, buffer = out.reshape(-1)[:10], out.base.base
+        del out
+        sess.run(reduced, {x: np.full((100, 100), 50, np.float32)})
+    want_shared = os.environ.get("CKPTSYNC_SHM_ALLREDUCE", "1") != "0"
+    ok["derived_view_kept"] = shared == want_shared and bool(np.all(part == 2.0 * n))
+    del g, x, reduced, sess, part, exchange
+    for _ in range(3):
+        gc.collect()
+        one([64, 1024])
+    if shared:
+        ok["memoryview_kept"] = bool(np.all(np.frombuffer(buffer, np.float32)[:3] == 2.0 * n))
     return ok
 
 

@@ -40,7 +40,6 @@ from __future__ import annotations
 import itertools
 import os
 import sys
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -98,16 +97,21 @@ def views_free(flat: np.ndarray, *view_lists: list[np.ndarray], owners: int = 1)
 
 
 class _Windows:
-    """One Exchange's two MPI windows, freed (collectively) once no array over their
-    memory is left: freeing them earlier would leave those arrays dangling."""
+    """One Exchange's two MPI windows, freed (collectively) once nothing over their
+    memory is left: freeing them earlier would leave arrays dangling.
 
-    def __init__(self, win_in: Any, win_out: Any, node_bytes: int):
+    Every array or memoryview over the memory leads, through its ``base`` chain, to one of
+    the buffer objects MPI handed out (``raws``), so a window is unused exactly when no
+    reference to those is left but ours."""
+
+    def __init__(self, win_in: Any, win_out: Any, raws: list[Any], node_bytes: int):
         self.wins = (win_in, win_out)
+        self.raws = raws
         self.node_bytes = node_bytes  # what they take from /dev/shm on this host
-        self.arrays: list[weakref.ref[np.ndarray]] = []
 
     def unused(self) -> bool:
-        return all(r() is None for r in self.arrays)
+        # References to each buffer: ``self.raws`` and getrefcount's argument.
+        return max(map(sys.getrefcount, self.raws)) <= 2
 
     def free(self) -> None:
         for w in self.wins:
@@ -146,20 +150,21 @@ class Exchange:
         for w in (win_in, win_out):
             w.Lock_all(MPI.MODE_NOCHECK)
         self._wins = (win_in, win_out)
-        raw = [win_in.Shared_query(r)[0] for r in range(k)]
-        self._held = [np.frombuffer(b, np.int32, count=1) for b in raw]
-        self.segments = [np.frombuffer(b, dtype, count=n, offset=_HEADER_BYTES) for b in raw]
+        raws = [win_in.Shared_query(r)[0] for r in range(k)] + [win_out.Shared_query(0)[0]]
+        self._held = [np.frombuffer(b, np.int32, count=1) for b in raws[:k]]
+        self.segments = [np.frombuffer(b, dtype, count=n, offset=_HEADER_BYTES)
+                         for b in raws[:k]]
         self.flat = self.segments[me]
         self.in_views = views_of(self.flat, shapes)
-        self.out_flat = np.frombuffer(win_out.Shared_query(0)[0], dtype, count=n)
-        readonly = self.out_flat.view()  # views of it are read-only; their base: out_flat
-        readonly.setflags(write=False)
-        self.out_views = views_of(readonly, shapes)
+        self.out_flat = np.frombuffer(raws[k], dtype, count=n)
+        # Views of it are read-only; their base is out_flat, which it references too.
+        self._readonly = self.out_flat.view()
+        self._readonly.setflags(write=False)
+        self.out_views = views_of(self._readonly, shapes)
         self._me = me
         self._part = slice(n * me // k, n * (me + 1) // k)
-        windows = _Windows(win_in, win_out, k * (_HEADER_BYTES + nbytes) + nbytes)
-        windows.arrays = [weakref.ref(a) for a in (*self._held, *self.segments, self.out_flat)]
-        _live[next(_created)] = windows
+        _live[next(_created)] = _Windows(win_in, win_out, raws,
+                                         k * (_HEADER_BYTES + nbytes) + nbytes)
 
     def _sync_barrier(self) -> None:
         for w in self._wins:
@@ -180,7 +185,7 @@ class Exchange:
             ``flat``).
         """
         reduce = _REDUCE[op]
-        # References to out_flat besides the views': this attribute and the read-only view.
+        # References to out_flat besides the views': this attribute and ``_readonly``.
         free = views_free(self.out_flat, self.out_views, owners=2)
         self._held[self._me][0] = 0 if free else 1
         self._sync_barrier()
@@ -227,12 +232,12 @@ def create(dtype: np.dtype[Any], shapes: Sequence[tuple[int, ...]]) -> Exchange 
     dtype = np.dtype(dtype)
     n = sum(int(np.prod(s, dtype=np.int64)) for s in shapes)
     node_bytes = local_size() * (_HEADER_BYTES + n * dtype.itemsize) + n * dtype.itemsize
+    comm = _comm()
+    unused = [i for i, w in _live.items() if w.unused()]
+    for i in sorted(set.intersection(*map(set, comm.allgather(unused)))):
+        _live.pop(i).free()
     ok = (enabled_here() and n * dtype.itemsize >= MIN_BUCKET_BYTES
           and len(_live) < MAX_LIVE and _room_for(node_bytes))
-    unused = [i for i, w in _live.items() if w.unused()]
-    answers = _comm().allgather((ok, unused))
-    for i in sorted(set.intersection(*(set(u) for _, u in answers))):
-        _live.pop(i).free()
-    if not all(a for a, _ in answers):
+    if not all(comm.allgather(ok)):
         return None
     return Exchange(dtype, shapes)
