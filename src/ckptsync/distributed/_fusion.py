@@ -66,7 +66,7 @@ import numpy as np
 from ..graph import Operation
 from . import _shm
 from ._runtime import _comm, _guard, _mpi, size
-from ._shm import views_free, views_of
+from ._shm import elements, views_free, views_of
 from .collectives import (
     ReduceOp,
     _fusion_threshold,
@@ -95,7 +95,7 @@ class _Buffer:
     __slots__ = ("flat", "views", "outputs", "_readonly")
 
     def __init__(self, dtype: np.dtype[Any], shapes: Sequence[tuple[int, ...]]):
-        self.flat = np.empty(sum(int(np.prod(s, dtype=np.int64)) for s in shapes), dtype)
+        self.flat = np.empty(elements(shapes), dtype)
         self.views = views_of(self.flat, shapes)
         self._readonly = self.flat.view()  # views of it are read-only; their base: flat
         self._readonly.setflags(write=False)
@@ -125,7 +125,8 @@ def _picker(positions: list[int], total: int) -> Callable[[Sequence[Any]], Seque
 class _BucketLayout:
     """One bucket: its inputs in buffer order, and its pool of buffers."""
 
-    def __init__(self, specs: list[_Spec], inputs: list[int], name: str):
+    def __init__(self, specs: list[_Spec], inputs: list[int], name: str,
+                 lock: threading.Lock):
         self.inputs = inputs
         self.dtype = specs[inputs[0]].dtype
         self.shapes = [specs[i].shape for i in inputs]
@@ -133,6 +134,7 @@ class _BucketLayout:
         self.what = (f"allreduce '{name}' of {len(inputs)} tensors "
                      f"({sum(specs[i].nbytes for i in inputs)} bytes)")  # for the watchdog
         self.pool: list[_Buffer] = []
+        self._lock = lock  # the op's: every plan of it takes buffers from this pool
         # The shared window (_shm.Exchange) the kernels write into, or None (private
         # buffers and MPI_Allreduce); decided at the op's first run, on every rank.
         self.exchange: _shm.Exchange | None = None
@@ -142,11 +144,27 @@ class _BucketLayout:
         """Collective: every rank calls it at the op's first run, bucket by bucket."""
         self.exchange = _shm.create(self.dtype, self.shapes)
         self.decided = True
+        if self.exchange is not None:
+            self.pool = []  # the kernels' buffer of the first run; the window's from now on
 
-    def targets(self, buf: _Buffer) -> list[np.ndarray]:
-        """Where this run's inputs go: the shared window when there is one (the output
-        is then ``buf``), else ``buf`` itself (reduced in place)."""
-        return buf.views if self.exchange is None else self.exchange.in_views
+    def take(self) -> _Buffer:
+        """A free pool buffer (a new one where all are held)."""
+        with self._lock:
+            for buf in self.pool:
+                if _is_free(buf):
+                    return buf
+            buf = _Buffer(self.dtype, self.shapes)
+            if len(self.pool) < BUFFERS_PER_BUCKET:
+                self.pool.append(buf)
+            return buf
+
+    def targets(self, buf: _Buffer | None) -> list[np.ndarray]:
+        """Where this run's inputs go: the shared window when there is one, else ``buf``
+        (reduced in place)."""
+        if self.exchange is not None:
+            return self.exchange.in_views
+        assert buf is not None
+        return buf.views
 
 
 class _Layout:
@@ -159,24 +177,14 @@ class _Layout:
             dtype = np.dtype(t.dtype.np)
             shape = tuple(int(d) for d in t.shape.as_list() if d is not None)  # all known
             specs.append(_Spec(dtype, shape, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize))
-        self.buckets = [_BucketLayout(specs, idx, op.name)
+        lock = threading.Lock()
+        self.buckets = [_BucketLayout(specs, idx, op.name, lock)
                         for idx in plan_buckets(specs, threshold_bytes)]
-        self._lock = threading.Lock()
 
-    def acquire(self) -> list[_Buffer]:
-        """A free buffer per bucket (a new one where all are held)."""
-        out = []
-        with self._lock:
-            for b in self.buckets:
-                for buf in b.pool:
-                    if _is_free(buf):
-                        break
-                else:
-                    buf = _Buffer(b.dtype, b.shapes)
-                    if len(b.pool) < BUFFERS_PER_BUCKET:
-                        b.pool.append(buf)
-                out.append(buf)
-        return out
+    def acquire(self) -> list[_Buffer | None]:
+        """A free pool buffer per bucket; None for a bucket with a shared window (it
+        takes one only for a run whose shared result is still held)."""
+        return [None if b.exchange is not None else b.take() for b in self.buckets]
 
 
 _layouts: weakref.WeakKeyDictionary[Operation, dict[int, _Layout]] = weakref.WeakKeyDictionary()
@@ -273,7 +281,11 @@ class FusedAllreduce:
         results = []
         for b, buf, pairs in zip(self._buckets, bufs, copies):
             exchange = b.layout.exchange
-            flat = buf.flat if exchange is None else exchange.flat
+            if exchange is None:
+                assert buf is not None
+                flat = buf.flat
+            else:
+                flat = exchange.flat
             prescale = mean and b.layout.is_float
             if prescale and len(pairs) == len(b.inputs):
                 for v, a in pairs:  # pack and prescale in one pass
@@ -286,8 +298,13 @@ class FusedAllreduce:
             divide = self.n_ranks if mean and not b.layout.is_float else 1
             with _guard(b.layout.what):
                 if exchange is not None:
-                    shared = exchange.allreduce(self.reduce_op.value, buf.flat, divide)
-                    results.append(exchange.out_views if shared else buf.outputs)
+                    if exchange.begin():
+                        exchange.reduce(self.reduce_op.value, None, divide)
+                        results.append(exchange.out_views)
+                    else:
+                        buf = buf or b.layout.take()
+                        exchange.reduce(self.reduce_op.value, buf.flat, divide)
+                        results.append(buf.outputs)
                     continue
                 comm.Allreduce(MPI.IN_PLACE, mpi_buffer(flat), op=mpi_op)
             if divide != 1:

@@ -47,7 +47,7 @@ import numpy as np
 
 from ._runtime import _comm, _mpi, local_size, size
 
-__all__ = ["Exchange", "create", "enabled_here", "views_of", "views_free"]
+__all__ = ["Exchange", "create", "elements", "enabled_here", "views_of", "views_free"]
 
 _SHM_DIR = "/dev/shm"
 # Below this, MPI_Allreduce is as fast (~6 us for 4 KB on 2 ranks); 100 KB: 12 us vs 71.
@@ -72,6 +72,11 @@ def _node() -> Any:
         MPI = _mpi()
         _node_comm = _comm().Split_type(MPI.COMM_TYPE_SHARED, key=_comm().Get_rank())
     return _node_comm
+
+
+def elements(shapes: Sequence[tuple[int, ...]]) -> int:
+    """How many elements tensors of ``shapes`` hold together."""
+    return sum(int(np.prod(s, dtype=np.int64)) for s in shapes)
 
 
 def views_of(flat: np.ndarray, shapes: Sequence[tuple[int, ...]]) -> list[np.ndarray]:
@@ -138,7 +143,7 @@ class Exchange:
     def __init__(self, dtype: np.dtype[Any], shapes: Sequence[tuple[int, ...]]):
         MPI = _mpi()
         node = _node()
-        n = sum(int(np.prod(s, dtype=np.int64)) for s in shapes)
+        n = elements(shapes)
         k, me = node.Get_size(), node.Get_rank()
         nbytes = n * int(dtype.itemsize)
         self._barrier = node.Barrier
@@ -173,25 +178,27 @@ class Exchange:
         for w in self._wins:
             w.Sync()
 
-    def allreduce(self, op: str, private: np.ndarray, floor_divide_by: int = 1) -> bool:
-        """Combines every rank's ``flat`` by ``op`` (``"sum"``, ``"mean"`` (a sum: the
-        caller prescales floats), ``"max"``, ``"min"``), in rank order; integer results
-        are then floor-divided by ``floor_divide_by``. Collective.
-
-        Returns:
-            True: the result is in ``out_views`` (each rank computed its share). False:
-            some rank still holds views of the last shared result, which must not change,
-            so every rank computed the whole result into ``private`` (same shape as
-            ``flat``).
-        """
-        reduce = _REDUCE[op]
+    def begin(self) -> bool:
+        """Starts a reduction (collective, after every rank has written ``flat``): True
+        when the result may go to the shared ``out_views``; False when some rank still
+        holds views of the last shared result, which must not change, so every rank must
+        reduce into a private buffer."""
         # References to out_flat besides the views': this attribute and ``_readonly``.
         free = views_free(self.out_flat, self.out_views, owners=2)
         self._held[self._me][0] = 0 if free else 1
         self._sync_barrier()
-        shared = not any(int(h[0]) for h in self._held)
-        part = self._part if shared else slice(None)
-        dst = self.out_flat[part] if shared else private
+        return not any(int(h[0]) for h in self._held)
+
+    def reduce(self, op: str, private: np.ndarray | None, floor_divide_by: int = 1) -> None:
+        """Ends the reduction :meth:`begin` started (collective): combines every rank's
+        ``flat`` by ``op`` (``"sum"``, ``"mean"`` (a sum: the caller prescales floats),
+        ``"max"``, ``"min"``) in rank order, into this rank's share of the shared result
+        (``private`` None, after ``begin()`` was True) or whole into ``private`` (same
+        shape as ``flat``); integer results are then floor-divided by ``floor_divide_by``.
+        """
+        reduce = _REDUCE[op]
+        part = self._part if private is None else slice(None)
+        dst = self.out_flat[part] if private is None else private
         segs = [s[part] for s in self.segments]
         if len(segs) == 1:
             np.copyto(dst, segs[0])
@@ -202,7 +209,6 @@ class Exchange:
         if floor_divide_by != 1:
             np.floor_divide(dst, floor_divide_by, out=dst)
         self._sync_barrier()
-        return shared
 
 
 def _room_for(node_bytes: int) -> bool:
@@ -230,7 +236,7 @@ def create(dtype: np.dtype[Any], shapes: Sequence[tuple[int, ...]]) -> Exchange 
     if size() == 1:
         return None
     dtype = np.dtype(dtype)
-    n = sum(int(np.prod(s, dtype=np.int64)) for s in shapes)
+    n = elements(shapes)
     node_bytes = local_size() * (_HEADER_BYTES + n * dtype.itemsize) + n * dtype.itemsize
     comm = _comm()
     unused = [i for i, w in _live.items() if w.unused()]
