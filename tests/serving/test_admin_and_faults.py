@@ -3,6 +3,8 @@ watchdog, the watcher's liveness in /healthz and /metrics, every corrupt checkpo
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 import warnings
@@ -258,9 +260,10 @@ def test_watchdog_reports_a_stuck_load(tmp_path, mlp, monkeypatch):
         release.set()
 
 
-def test_watcher_liveness_in_healthz_and_metrics_and_restart(tmp_path, mlp):
+@pytest.mark.parametrize("in_subprocess", [True, False], ids=["source-process", "in-process"])
+def test_watcher_liveness_in_healthz_and_metrics_and_restart(tmp_path, mlp, in_subprocess):
     publish(tmp_path, 1)
-    manager = fast(mlp, tmp_path)
+    manager = fast(mlp, tmp_path, watch_in_subprocess=in_subprocess)
     with TestClient(create_app(manager, "mlp", own_manager=True)) as client:
         manager.wait_for_version(1, timeout_s=10)
         body = client.get("/healthz").json()
@@ -268,8 +271,13 @@ def test_watcher_liveness_in_healthz_and_metrics_and_restart(tmp_path, mlp):
                                     "state_error": None}
         assert body["loader"]["alive"] is True
         assert 'ckptsync_watcher_alive{mode="events",model="mlp"} 1.0' in client.get("/metrics").text
-        manager._source._observer.stop()  # the observer thread dies
-        manager._source._observer.join(5)
+        if in_subprocess:  # the source process is killed
+            pid = manager._source.pid
+            os.kill(pid, signal.SIGKILL)
+            wait_until(lambda: manager._source.pid not in (None, pid))
+        else:  # the observer thread dies
+            manager._source._observer.stop()
+            manager._source._observer.join(5)
         wait_until(lambda: manager.health()["watcher"]["restarts"] >= 1)
         wait_until(lambda: client.get("/healthz").status_code == 200)
         text = client.get("/metrics").text

@@ -72,6 +72,18 @@ class Layout:
             offset += -(-arr.nbytes // _ALIGN_BYTES) * _ALIGN_BYTES
         return cls(signature, entries, offset)
 
+    def fits(self, arrays: Mapping[str, Any]) -> bool:
+        """True when ``arrays`` are ndarrays with this layout's keys (in order), dtypes and
+        shapes: what a save of the same variables hands in, checked without allocating."""
+        signature = self.signature
+        if signature is None or len(arrays) != len(signature):
+            return False
+        for (key, value), (k, dtype, shape) in zip(arrays.items(), signature):
+            if key != k or type(value) is not np.ndarray or value.dtype != dtype or (
+                    value.shape != shape):
+                return False
+        return True
+
     @functools.cached_property
     def views(self) -> list[tuple[dict[str, Any], np.dtype, tuple[int, ...], int]]:
         out = []
@@ -111,5 +123,6 @@ class Slot:
                 for e, dtype, shape, nbytes in layout.views
             ]
             self.layout = layout
+        copyto = np.copyto
         for dst, src in zip(self.targets, arrays.values()):
-            np.copyto(dst, src)
+            copyto(dst, src)

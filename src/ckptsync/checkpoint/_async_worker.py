@@ -8,6 +8,7 @@ so that Ctrl-C in a terminal does not cut a save short.
 
 from __future__ import annotations
 
+import json
 import logging
 import mmap
 import os
@@ -56,7 +57,9 @@ def _run_job(job: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> dict[s
                     None, None, f"Variable {bad} holds NaN or Inf; refusing to save "
                     f"checkpoint {job['prefix']} (require_finite).")
         state = job["state"]
-        write_checkpoint(job["prefix"], arrays, job["global_step"], job["metadata"],
+        metadata = job["metadata"]  # JSON text (or None), as the owner validated it
+        write_checkpoint(job["prefix"], arrays, job["global_step"],
+                         None if metadata is None else json.loads(metadata),
                          sync_directory=state is None)
         if state is not None:
             update_checkpoint_state(

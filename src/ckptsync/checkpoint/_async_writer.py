@@ -253,22 +253,21 @@ class AsyncCheckpointWriter:
             raise CkptsyncRuntimeError("The async checkpoint writer is closed.")
         self._collect(block=False)  # surface an earlier failure now
         layout = self._layout
-        if layout is None or signature_of(arrays) != layout.signature:
+        if layout is not None and layout.fits(arrays):
+            prepared = arrays  # the last save's layout: keys valid, arrays normalized
+        else:
             prepared = {
                 _format.validate_key(k): _format.normalize_array(k, v) for k, v in arrays.items()
             }
             signature = signature_of(prepared)
             if layout is None or signature is None or signature != layout.signature:
                 layout = Layout.of(signature, prepared)
-        else:  # the layout of the last save: keys valid, arrays already normalized
-            prepared = dict(arrays)
         step = check_global_step(global_step)
-        metadata_json(metadata)  # validates
+        metadata_text = None if metadata is None else metadata_json(metadata)  # validates
         depth = self._depth(layout.size_bytes)
         while len(self._queue) >= depth:
             self._collect(block=True, count=1)
-        if not self._queue and self._proc is not None and self._proc.poll() is not None:
-            self._stop()  # died while idle: nothing was lost, start a fresh one
+        # A worker that died while idle is found by the send below (its socket is closed).
         if self._proc is None:
             self._start()
         if layout is not self._layout:
@@ -283,7 +282,7 @@ class AsyncCheckpointWriter:
             "prefix": prefix,
             "slot": index,
             "global_step": step,
-            "metadata": None if metadata is None else dict(metadata),
+            "metadata": metadata_text,  # JSON text: encoded once, decoded by the worker
             "state": None if state is None else state.__dict__,
             "delete": list(delete),
             "require_finite": require_finite,

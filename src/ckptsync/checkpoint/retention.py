@@ -11,7 +11,6 @@ import math
 import os
 import time
 from collections.abc import Iterable
-from typing import Any
 
 from ..errors import CkptsyncTypeError, CkptsyncValueError
 from .management import get_checkpoint_mtimes
@@ -76,7 +75,8 @@ class CheckpointRetention:
         self._last: list[tuple[str, float]] = []
         self._to_delete: list[tuple[str, float]] = []
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> CheckpointRetention:
+    def copy(self) -> CheckpointRetention:
+        """An independent copy (e.g. to roll back to if a save fails)."""
         # Every field is immutable or a list of immutable pairs: copy the lists.
         other = copy.copy(self)
         other._last, other._to_delete = list(self._last), list(self._to_delete)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import DEADLINE_EXCEEDED, NotFoundError, error_code_name
+from ._source_process import ProcessCheckpointSource
 from .loader import Snapshot
 from .policy import VersionPolicy
 from .source import AspiredVersion, AspiredVersions, CheckpointSource
@@ -88,7 +89,7 @@ class _VersionBook:
     _freed: threading.Event
     _stop: bool
     _thread: threading.Thread | None
-    _source: CheckpointSource
+    _source: CheckpointSource | ProcessCheckpointSource
 
     def health(self) -> dict[str, Any]:
         """Liveness of the watcher and the loader, for ``/healthz`` and metrics.

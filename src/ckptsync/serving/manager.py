@@ -57,6 +57,7 @@ from ..errors import (
     OpError,
     UnavailableError,
 )
+from ._source_process import ProcessCheckpointSource
 from ._versions import ManagerStats, VersionState, _Record, _VersionBook
 from .gate import Candidate, Gate, run_gate
 from .loader import Snapshot, load_snapshot
@@ -95,6 +96,10 @@ class ModelManager(_VersionBook):
             the result as shared memory, so that loading never holds this process's
             interpreter lock and a file that crashes HDF5 kills only the worker. False
             reads on the load thread.
+        watch_in_subprocess: run the source (watchdog's observer and the rescans) in a
+            child process (:class:`~._source_process.ProcessCheckpointSource`), so that
+            its threads never take this process's interpreter lock from requests; False
+            watches in this process.
     """
 
     def __init__(
@@ -115,6 +120,7 @@ class ModelManager(_VersionBook):
         free_before_load: bool = False,
         unload_wait_s: float = 30.0,
         read_in_subprocess: bool = True,
+        watch_in_subprocess: bool = True,
     ):
         if not 0 < retry_initial_s <= retry_max_s:
             raise ValueError(
@@ -152,7 +158,8 @@ class ModelManager(_VersionBook):
         self._thread: threading.Thread | None = None
         self._read_in_subprocess = read_in_subprocess
         self._reader: CheckpointReadProcess | None = None
-        self._source = CheckpointSource(
+        source_cls = ProcessCheckpointSource if watch_in_subprocess else CheckpointSource
+        self._source: CheckpointSource | ProcessCheckpointSource = source_cls(
             self.source_dir, self._on_aspired, poll=poll, rescan_interval_s=rescan_interval_s
         )
 

@@ -30,7 +30,6 @@ Thread-safety: one Saver may be used from one thread at a time.
 
 from __future__ import annotations
 
-import copy
 import logging
 import os
 import time
@@ -119,10 +118,12 @@ class Saver:
         self._keep_hours = keep_checkpoint_every_n_hours
         self._retention: Any = None
         self._var_map: dict[str, Any] | None = None
+        self._key_names: tuple[list[str], list[str]] | None = None
         self._is_empty = False
         self._swept_dirs: set[str] = set()  # absolute and real paths of swept dirs
         self._absolute_paths: dict[str, str] = {}  # path -> abspath while cwd is _cwd
         self._cwd: str | None = ""
+        self._relative_cached = False  # _absolute_paths holds a relative path (cwd matters)
         self._require_finite = require_finite
         # async: the writer process, and per queued save the retention state to roll
         # back to if it fails.
@@ -145,6 +146,13 @@ class Saver:
         self._var_map = var_map
         self._retention = ckpt.CheckpointRetention(
             max_to_keep=self._max_to_keep, keep_checkpoint_every_n_hours=self._keep_hours)
+
+    def _names(self) -> tuple[list[str], list[str]]:
+        """The checkpoint keys and the variables' op names, in the same order (cached)."""
+        if self._key_names is None:
+            var_map = self._map()
+            self._key_names = list(var_map), [v.op.name for v in var_map.values()]
+        return self._key_names
 
     def _map(self) -> dict[str, Any]:
         if self._var_map is None:
@@ -228,21 +236,23 @@ class Saver:
         if not os.path.isdir(save_dir):
             raise CkptsyncValueError(
                 f"Parent directory of {save_path} doesn't exist, can't save.")
-        try:
-            cwd: str | None = os.getcwd()
-        except OSError:  # the working directory was removed; absolute paths still work
-            cwd = None
-        if cwd != self._cwd:  # relative paths now mean other files
-            self._absolute_paths.clear()
-            self._cwd = cwd
+        if self._relative_cached or not os.path.isabs(save_dir):
+            try:
+                cwd: str | None = os.getcwd()
+            except OSError:  # the working directory was removed; absolute paths still work
+                cwd = None
+            if cwd != self._cwd:  # relative paths now mean other files
+                self._absolute_paths.clear()
+                self._relative_cached = False
+                self._cwd = cwd
         abs_dir = self._absolute(save_dir)
         if abs_dir not in self._swept_dirs:
             real_dir = os.path.realpath(abs_dir)
             if real_dir not in self._swept_dirs:  # e.g. a symlink to a swept one
                 ckpt.sweep_temp_files(save_dir)
             self._swept_dirs.update((abs_dir, real_dir))
-        arrays = sess._read_variables([v.op.name for v in var_map.values()])
-        named = {k: arrays[v.op.name] for k, v in var_map.items()}
+        keys, op_names = self._names()
+        named = dict(zip(keys, sess._read_variables(op_names).values()))
         gs = get_default_graph_step(sess, var_map) if step is None else step
         if self._writer is not None:
             self._save_async(prefix, save_dir, latest_filename, named, gs, metadata, write_state)
@@ -271,7 +281,7 @@ class Saver:
                     named: dict[str, np.ndarray], gs: int | None,
                     metadata: Mapping[str, Any] | None, write_state: bool) -> None:
         assert self._writer is not None
-        before = copy.deepcopy(self._retention)
+        before = self._retention.copy()
         state: StateUpdate | None = None
         evicted: list[str] = []
         absolute = self._absolute
@@ -299,7 +309,9 @@ class Saver:
         if found is None:
             if len(self._absolute_paths) > 1024:
                 self._absolute_paths.clear()
+                self._relative_cached = False
             found = self._absolute_paths[path] = os.path.abspath(path)
+            self._relative_cached = self._relative_cached or not os.path.isabs(path)
         return found
 
     def _trim_rollback(self) -> None:

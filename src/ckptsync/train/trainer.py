@@ -151,8 +151,10 @@ class _FiniteSaver(Saver):
 
     def save(self, sess: Any, save_path: str, global_step: Any = None,  # type: ignore[override]
              **kw: Any) -> str | None:
-        with _nan_refusal():
+        try:  # not ``with _nan_refusal()``: this runs every few steps, keep it short
             prefix = super().save(sess, save_path, global_step, **kw)
+        except InvalidArgumentError as e:
+            raise NanLossDuringTrainingError(e.message) from e
         if not self._saved_once:
             self._saved_once = True
             self.wait_until_finished()

@@ -1,0 +1,384 @@
+"""The source in a process of its own: :class:`ProcessCheckpointSource` runs a
+:class:`~.source.CheckpointSource` (watchdog's observer and the backstop rescan) in a
+child process and hands its listings to the callback here.
+
+Why a process: watchdog spends ~1.5 ms of Python per published checkpoint (about seven
+directory events, each through its three threads); in the serving process those threads
+take the interpreter lock from requests in flight, which shows as tail latency while a
+trainer publishes. In the child they run on another core. The server sees one message
+per changed listing. This is the role of TF Serving's source thread, which needs no
+process of its own in C++.
+
+Protocol (frames of :mod:`ckptsync.checkpoint._ipc` over a Unix socket pair)::
+
+    server                                    source process
+    ------                                    --------------
+    {"dir", "poll", "rescan_interval_s",  --> CheckpointSource(...).start()
+     "log_level"}
+                                          <-- {"listing", "alive", "restarts", "state_error"}
+                                              (on start, on every change of the listing)
+                                          <-- {"alive", "restarts", "state_error"}
+                                              (when the watcher's health changes)
+                                          <-- {"log": {"level", "name", "message"}}
+    {"cmd": "rescan"}                     --> source.rescan()
+    (socket closed)                       --> source.close(), exit
+
+The child ignores SIGINT and SIGTERM: it ends when its socket closes, i.e. when the
+server closes the source or dies (even by SIGKILL), so it never outlives the server. If
+the child dies, the server starts another (counted in ``observer_restarts``); where no
+process can be started, the source runs in this process instead.
+
+Thread-safety: as :class:`~.source.CheckpointSource`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from ..checkpoint._ipc import NOT_READY, FrameReader, send_frame
+from .source import AspiredVersion, AspiredVersions, CheckpointSource
+
+__all__ = ["ProcessCheckpointSource", "source_main"]
+
+logger = logging.getLogger(__name__)
+
+# The child's command line; the socket's fd number is appended. A module attribute so
+# tests can replace the child (e.g. by one that exits at once).
+SOURCE_COMMAND: list[str] = [
+    sys.executable,
+    "-c",
+    "from ckptsync.serving._source_process import source_main; source_main()",
+]
+_START_TIMEOUT_S = 60.0  # the child imports ckptsync and does one rescan first
+_CLOSE_TIMEOUT_S = 10.0
+_RESTART_DELAY_S = 0.5
+_HEALTH_CHECK_S = 0.25
+
+
+def _listing_doc(listing: AspiredVersions) -> dict[str, Any]:
+    latest = listing.latest
+    return {
+        "latest": None if latest is None else [latest.version, latest.prefix],
+        "available": [[a.version, a.prefix] for a in listing.available],
+    }
+
+
+def _listing_from(doc: dict[str, Any]) -> AspiredVersions:
+    latest = doc["latest"]
+    return AspiredVersions(
+        None if latest is None else AspiredVersion(int(latest[0]), str(latest[1])),
+        tuple(AspiredVersion(int(v), str(p)) for v, p in doc["available"]),
+    )
+
+
+# ------------------------------------------------------------------------- the child
+class _ForwardLogs(logging.Handler):
+    """Sends the child's log records to the server, which logs them as its own."""
+
+    def __init__(self, send: Callable[[dict[str, Any]], None]):
+        super().__init__()
+        self._send = send
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self._send({"log": {"level": record.levelno, "name": record.name,
+                                "message": self.format(record)}})
+        except Exception:  # the server is gone: nobody to tell
+            pass
+
+
+def source_main() -> None:
+    """Entry point of the source process: ``SOURCE_COMMAND + [socket fd]``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sock = socket.socket(fileno=int(sys.argv[-1]))
+    reader = FrameReader(sock)
+    config = reader.next()
+    if config is None:
+        return
+    send_lock = threading.Lock()
+
+    def send(doc: dict[str, Any]) -> None:
+        with send_lock:
+            send_frame(sock, b"", doc)
+
+    root = logging.getLogger()
+    root.handlers[:] = [_ForwardLogs(send)]
+    root.setLevel(int(config.get("log_level", logging.WARNING)))
+    source: CheckpointSource | None = None
+
+    def health() -> dict[str, Any]:
+        assert source is not None
+        return {"alive": source.alive, "restarts": source.observer_restarts,
+                "state_error": source.state_error}
+
+    started = False  # the first listing goes out once start() is done (health is right)
+    start_lock = threading.Lock()
+
+    def on_listing(listing: AspiredVersions) -> None:
+        with start_lock:
+            if not started:
+                return  # sent below, as ``source.last``
+            try:
+                send({"listing": _listing_doc(listing), **health()})
+            except OSError:  # the server is gone; the main loop sees the socket close
+                pass
+
+    source = CheckpointSource(config["dir"], on_listing, poll=bool(config["poll"]),
+                              rescan_interval_s=float(config["rescan_interval_s"]))
+    try:
+        source.start()  # one rescan now: the server's first listing
+        with start_lock:
+            started = True
+            last = health()
+            assert source.last is not None
+            send({"listing": _listing_doc(source.last), **last})
+        while True:
+            try:
+                cmd = reader.next(True, _HEALTH_CHECK_S)
+            except TimeoutError:
+                cmd = NOT_READY
+            if cmd is None:
+                break  # the server closed the source, or died
+            if isinstance(cmd, dict) and cmd.get("cmd") == "rescan":
+                source.rescan()
+            now = health()
+            if now != last:
+                send(now)
+                last = now
+    except OSError:
+        pass  # the server is gone
+    finally:
+        source.close()
+        sock.close()
+
+
+# ------------------------------------------------------------------------ the server
+class ProcessCheckpointSource:
+    """A :class:`~.source.CheckpointSource` run in a child process (see the module
+    docstring), with the same interface: ``start``, ``close``, ``rescan``, ``alive``,
+    ``last``, ``state_error``, ``observer_restarts``.
+
+    ``callback`` runs on this object's receiving thread, one call at a time, in order.
+    ``rescan()`` asks the child to rescan and returns at once (the listing, if it
+    changed, arrives through the callback); it returns the last listing received.
+    """
+
+    def __init__(
+        self,
+        checkpoint_dir: str | os.PathLike[str],
+        callback: Callable[[AspiredVersions], None],
+        poll: bool = False,
+        rescan_interval_s: float = 1.0,
+    ):
+        if rescan_interval_s <= 0:
+            raise ValueError(f"rescan_interval_s must be > 0, got {rescan_interval_s}")
+        self.checkpoint_dir = os.fspath(checkpoint_dir)
+        self._callback = callback
+        self._poll = poll
+        self._rescan_interval_s = float(rescan_interval_s)
+        self._lock = threading.Lock()  # the child's process and socket
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._sock: socket.socket | None = None
+        self._finalizer: weakref.finalize[Any, Any] | None = None
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._local: CheckpointSource | None = None  # where no process could be started
+        self._last: AspiredVersions | None = None
+        self._child_alive = False
+        self._child_restarts = 0
+        self._process_restarts = 0
+        self.state_error: str | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def start(self) -> ProcessCheckpointSource:
+        """Starts the child and waits for its first listing (bounded); where no child
+        can be started, starts the source in this process instead."""
+        if self._closed:
+            raise RuntimeError("ProcessCheckpointSource was closed; create a new one")
+        if self._thread is not None or self._local is not None:
+            return self
+        try:
+            reader = self._spawn()
+            deadline = time.monotonic() + _START_TIMEOUT_S
+            while True:  # log records may come first
+                first = reader.next(True, max(0.0, deadline - time.monotonic()))
+                if not isinstance(first, dict):
+                    raise OSError("the source process ended before its first listing")
+                if "listing" in first:
+                    break
+                self._handle(first)
+        except (OSError, TimeoutError) as e:
+            self._stop_child()
+            logger.warning("cannot start the checkpoint source process (%s); watching %s "
+                           "in this process", e, self.checkpoint_dir)
+            self._local = CheckpointSource(self.checkpoint_dir, self._callback,
+                                           poll=self._poll,
+                                           rescan_interval_s=self._rescan_interval_s)
+            self._local.start()
+            return self
+        self._handle(first)
+        self._thread = threading.Thread(target=self._receive_loop, args=(reader,),
+                                        name="ckptsync-source-receiver", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Ends the child (closing its socket) and joins the receiving thread."""
+        self._closed = True
+        if self._local is not None:
+            self._local.close()
+        with self._lock:
+            self._stop_child()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=_CLOSE_TIMEOUT_S)
+
+    def __enter__(self) -> ProcessCheckpointSource:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- what the manager reads ---------------------------------------------------------
+    @property
+    def alive(self) -> bool:
+        """True while the child runs, its watcher is alive and this side receives."""
+        if self._local is not None:
+            return self._local.alive
+        proc, thread = self._proc, self._thread
+        return bool(not self._closed and thread is not None and thread.is_alive()
+                    and proc is not None and proc.poll() is None and self._child_alive)
+
+    @property
+    def observer_restarts(self) -> int:
+        """Watcher restarts: the child's observer restarts plus child restarts."""
+        if self._local is not None:
+            return self._local.observer_restarts
+        return self._child_restarts + self._process_restarts
+
+    @property
+    def last(self) -> AspiredVersions | None:
+        """The last listing received."""
+        return self._local.last if self._local is not None else self._last
+
+    @property
+    def pid(self) -> int | None:
+        """The child's pid, or None while none runs (or the source runs in this process)."""
+        proc = self._proc
+        return None if proc is None else proc.pid
+
+    def rescan(self) -> AspiredVersions | None:
+        """Asks for a rescan now; returns the last listing received (a changed one
+        follows through the callback)."""
+        if self._local is not None:
+            return self._local.rescan()
+        with self._lock:
+            sock = self._sock
+            if sock is not None:
+                try:
+                    send_frame(sock, b"", {"cmd": "rescan"})
+                except OSError:  # dying: the receiving thread restarts it
+                    pass
+        return self._last
+
+    # -- the child -----------------------------------------------------------------------
+    def _spawn(self) -> FrameReader:
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            proc = subprocess.Popen([*SOURCE_COMMAND, str(child.fileno())],
+                                    pass_fds=[child.fileno()], stdin=subprocess.DEVNULL)
+        except BaseException:
+            parent.close()
+            raise
+        finally:
+            child.close()
+        with self._lock:
+            if self._closed:  # closed while this one started
+                _shutdown(proc, parent)
+                raise OSError("the source was closed")
+            self._proc, self._sock = proc, parent
+            self._finalizer = weakref.finalize(self, _shutdown, proc, parent)
+        send_frame(parent, b"", {
+            "dir": self.checkpoint_dir, "poll": self._poll,
+            "rescan_interval_s": self._rescan_interval_s,
+            "log_level": logging.getLogger("ckptsync").getEffectiveLevel(),
+        })
+        return FrameReader(parent)
+
+    def _stop_child(self) -> None:
+        if self._finalizer is not None:
+            self._finalizer()  # closes the socket and reaps the child, once
+        self._proc = self._sock = self._finalizer = None
+
+    def _handle(self, doc: Any) -> None:
+        if not isinstance(doc, dict):
+            return
+        log = doc.get("log")
+        if log is not None:
+            logging.getLogger(str(log["name"])).log(int(log["level"]), "%s", log["message"])
+            return
+        self._child_alive = bool(doc.get("alive"))
+        self._child_restarts = int(doc.get("restarts", 0))
+        self.state_error = doc.get("state_error")
+        if "listing" in doc:
+            listing = _listing_from(doc["listing"])
+            if listing != self._last:
+                self._last = listing
+                try:
+                    self._callback(listing)
+                except Exception:
+                    logger.exception("checkpoint source callback failed for %s", listing)
+
+    def _receive_loop(self, reader: FrameReader) -> None:
+        while True:
+            finalizer = self._finalizer
+            doc = reader.next()
+            if doc is not None:
+                self._handle(doc)
+                continue
+            if self._closed or (finalizer is not None and not finalizer.alive):
+                return  # closed here (or at interpreter exit), not a death
+            with self._lock:
+                pid = None if self._proc is None else self._proc.pid
+                self._stop_child()
+            self._child_alive = False
+            logger.warning("the checkpoint source process (pid %s) died; starting another", pid)
+            while not self._closed:
+                time.sleep(_RESTART_DELAY_S)
+                if self._closed:
+                    return
+                try:
+                    reader = self._spawn()
+                except OSError as e:
+                    logger.warning("cannot start the checkpoint source process: %s", e)
+                    continue
+                self._process_restarts += 1
+                break
+
+
+def _shutdown(proc: subprocess.Popen[bytes], sock: socket.socket) -> None:
+    """Closes the socket (the child exits) and reaps the child (killed if it hangs)."""
+    try:
+        # shutdown first: it wakes this side's receiving thread (a plain close would
+        # leave the socket open under its recv, and the child would never see the end).
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
+    finally:
+        try:
+            proc.wait(timeout=_CLOSE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            logger.error("checkpoint source process %d did not exit; killing it", proc.pid)
+            proc.kill()
+            proc.wait()

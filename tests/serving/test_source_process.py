@@ -1,0 +1,130 @@
+"""ProcessCheckpointSource: the source in its own process, same listings, never orphaned."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from ckptsync.serving import _source_process as sp
+from ckptsync.serving._source_process import ProcessCheckpointSource
+
+from .conftest import publish, wait_until
+from .test_source import Recorder
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    # a zombie still answers kill(0); it is gone for our purpose once reaped or dead
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_listings_arrive_from_another_process(tmp_path):
+    publish(tmp_path, 1)
+    rec = Recorder()
+    with ProcessCheckpointSource(tmp_path, rec, rescan_interval_s=30) as source:
+        assert rec.latest_version() == 1  # the first listing, before start() returned
+        assert source.pid not in (None, os.getpid()) and source.alive
+        assert source.observer_restarts == 0 and source.state_error is None
+        publish(tmp_path, 2)  # seen through the child's watchdog observer
+        assert rec.latest_version(want=2) == 2
+        assert [a.version for a in source.last.available] == [1, 2]
+        pid = source.pid
+    assert not source.alive
+    wait_until(lambda: _gone(pid), timeout_s=10)
+
+
+def test_rescan_is_asked_of_the_child(tmp_path):
+    publish(tmp_path, 1)
+    rec = Recorder()
+    # polling every 30 s: nothing but rescan() can see the next checkpoint soon
+    with ProcessCheckpointSource(tmp_path, rec, poll=True, rescan_interval_s=30) as source:
+        assert rec.latest_version() == 1
+        publish(tmp_path, 2)
+        assert source.rescan().latest.version == 1  # returns at once, the last listing
+        assert rec.latest_version(want=2) == 2
+
+
+def test_a_killed_child_is_replaced_and_counted(tmp_path, caplog):
+    publish(tmp_path, 1)
+    rec = Recorder()
+    with ProcessCheckpointSource(tmp_path, rec, rescan_interval_s=30) as source:
+        assert rec.latest_version() == 1
+        pid = source.pid
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: source.pid not in (None, pid) and source.alive, timeout_s=20)
+        assert source.observer_restarts == 1
+        assert "checkpoint source process" in caplog.text and "died" in caplog.text
+        publish(tmp_path, 2)
+        assert rec.latest_version(want=2) == 2
+
+
+def test_child_logs_reach_this_process_and_state_errors_show(tmp_path, caplog):
+    publish(tmp_path, 1)
+    rec = Recorder()
+    with caplog.at_level(logging.WARNING), \
+            ProcessCheckpointSource(tmp_path, rec, rescan_interval_s=0.05) as source:
+        assert rec.latest_version() == 1
+        (tmp_path / "checkpoint").write_text('model_checkpoint_path: "../../etc/passwd"\n')
+        wait_until(lambda: source.state_error is not None, timeout_s=10)
+        assert "outside the checkpoint directory" in source.state_error
+        wait_until(lambda: "cannot read checkpoint state" in caplog.text, timeout_s=10)
+        assert any(r.name == "ckptsync.serving.source" for r in caplog.records)
+        publish(tmp_path / "fresh", 2)  # a trainer writes a good state file again
+        os.replace(tmp_path / "fresh" / "model.ckpt-2.h5", tmp_path / "model.ckpt-2.h5")
+        (tmp_path / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-2"\n')
+        assert rec.latest_version(want=2) == 2
+        wait_until(lambda: source.state_error is None, timeout_s=10)
+
+
+def test_no_child_possible_means_watching_here(tmp_path, monkeypatch, caplog):
+    publish(tmp_path, 1)
+    monkeypatch.setattr(sp, "SOURCE_COMMAND", [sys.executable, "-c", "raise SystemExit(3)"])
+    rec = Recorder()
+    with ProcessCheckpointSource(tmp_path, rec, rescan_interval_s=30) as source:
+        assert rec.latest_version() == 1
+        assert source.pid is None and source.alive  # the in-process source
+        assert "watching" in caplog.text and "in this process" in caplog.text
+        publish(tmp_path, 2)
+        assert rec.latest_version(want=2) == 2
+
+
+def test_the_child_ends_with_a_killed_server(tmp_path):
+    publish(tmp_path, 1)
+    code = textwrap.dedent(f"""
+        import sys, time
+        from ckptsync.serving._source_process import ProcessCheckpointSource
+        s = ProcessCheckpointSource({str(tmp_path)!r}, lambda listing: None).start()
+        print(s.pid, flush=True)
+        time.sleep(60)
+    """)
+    server = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(server.stdout.readline())
+        assert not _gone(child)
+        server.kill()
+        server.wait(timeout=10)
+        wait_until(lambda: _gone(child), timeout_s=10)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait(timeout=10)
+        server.stdout.close()
+
+
+def test_bad_interval_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="rescan_interval_s"):
+        ProcessCheckpointSource(tmp_path, lambda listing: None, rescan_interval_s=0)
+    with pytest.raises(RuntimeError, match="closed"):
+        source = ProcessCheckpointSource(tmp_path, lambda listing: None)
+        source.close()
+        source.start()
