@@ -77,9 +77,13 @@ def fused_matmul_step(chain: FusedMatMul, slot: dict[int, int]) -> _Step:
     last = chain.relu if chain.relu is not None else chain.bias_add
     o = slot[id(last.outputs[0])]
     attrs = dict(chain.matmul.attrs)
+    # Without transposes the kernel is np.matmul itself: call it directly (the same
+    # operation on the same values; this step runs on every request a server answers).
+    plain = not attrs.get("transpose_a") and not attrs.get("transpose_b")
+    np_matmul = np.matmul
 
     def biased(v: list[Any]) -> np.ndarray:
-        y = matmul(v[a], v[w], **attrs)
+        y = np_matmul(v[a], v[w]) if plain else matmul(v[a], v[w], **attrs)
         bias = v[b]
         if getattr(bias, "ndim", 0) == 1:
             y += bias

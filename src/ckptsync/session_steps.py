@@ -108,6 +108,13 @@ def _make_step(op: Operation, slot: dict[int, int], fed: set[int], out_slot: int
             v[o] = fn(v[a])
 
         return step1
+    if single and len(ins_) == 1:  # e.g. ArgMax(axis=...), Softmax
+        a = ins_[0]
+
+        def step1_attrs(v: list[Any], ctx: _RunContext) -> None:
+            v[o] = fn(v[a], **attrs)
+
+        return step1_attrs
     if single:
         def step_n(v: list[Any], ctx: _RunContext) -> None:
             v[o] = fn(*[v[i] for i in ins_], **attrs)

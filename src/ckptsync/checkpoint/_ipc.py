@@ -21,8 +21,8 @@ from .. import errors
 from ..errors import CkptsyncError, OpError, UnknownError
 
 __all__ = [
-    "NOT_READY", "FrameReader", "error_from_reply", "error_reply", "new_shared_fd",
-    "recv_frame", "send_frame",
+    "NOT_READY", "FrameReader", "encode_frame", "error_from_reply", "error_reply",
+    "new_shared_fd", "recv_frame", "recv_frame_with_fds", "send_frame", "send_frame_with_fds",
 ]
 
 _HEADER = struct.Struct(">I")
@@ -39,10 +39,45 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
     return b"".join(chunks)
 
 
+def encode_frame(tag: bytes, doc: Any) -> bytes:
+    """``tag`` and ``doc`` as the bytes of one frame."""
+    data = json.dumps(doc, allow_nan=False).encode("utf-8")
+    return tag + _HEADER.pack(len(data)) + data
+
+
 def send_frame(sock: socket.socket, tag: bytes, doc: Any) -> None:
     """Sends ``tag`` and ``doc`` as one frame. Raises OSError."""
-    data = json.dumps(doc, allow_nan=False).encode("utf-8")
-    sock.sendall(tag + _HEADER.pack(len(data)) + data)
+    sock.sendall(encode_frame(tag, doc))
+
+
+def send_frame_with_fds(sock: socket.socket, tag: bytes, doc: Any, fds: list[int]) -> None:
+    """Sends a one-byte ``tag``, ``doc`` and ``fds`` in one message where it fits (one
+    wake-up of the receiver, see :func:`recv_frame_with_fds`). Raises OSError."""
+    data = encode_frame(tag, doc)
+    sent = socket.send_fds(sock, [data], fds) if fds else sock.send(data)
+    if sent < len(data):
+        sock.sendall(data[sent:])
+
+
+def recv_frame_with_fds(sock: socket.socket, max_fds: int) -> tuple[bytes, Any | None, list[int]]:
+    """Receives what :func:`send_frame_with_fds` sent: (tag, doc, fds); ``(b"", None,
+    fds)`` at end of stream. The caller owns (closes) the fds. Raises OSError."""
+    chunk, fds, _, _ = socket.recv_fds(sock, 1 << 16, max_fds)
+    if not chunk:
+        return b"", None, fds
+    buf = bytearray(chunk)
+    if len(buf) < 1 + _HEADER.size:
+        more = _recv_exact(sock, 1 + _HEADER.size - len(buf))
+        if more is None:
+            return b"", None, fds
+        buf += more
+    end = 1 + _HEADER.size + _HEADER.unpack_from(buf, 1)[0]
+    if len(buf) < end:
+        more = _recv_exact(sock, end - len(buf))
+        if more is None:
+            return b"", None, fds
+        buf += more
+    return bytes(buf[:1]), json.loads(bytes(buf[1 + _HEADER.size:end]).decode("utf-8")), fds
 
 
 def recv_frame(sock: socket.socket) -> Any | None:

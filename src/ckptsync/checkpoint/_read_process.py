@@ -43,7 +43,15 @@ from typing import Any
 import numpy as np
 
 from ..errors import CkptsyncRuntimeError, DataLossError, UnknownError
-from ._ipc import error_from_reply, error_reply, new_shared_fd, recv_frame, send_frame
+from ._ipc import (
+    error_from_reply,
+    error_reply,
+    new_shared_fd,
+    recv_frame,
+    recv_frame_with_fds,
+    send_frame,
+    send_frame_with_fds,
+)
 
 __all__ = ["CheckpointReadProcess", "reader_main"]
 
@@ -172,10 +180,9 @@ class CheckpointReadProcess:
         pid = self._proc.pid
         try:
             send_frame(self._sock, b"R", {"prefix": os.fspath(prefix), "names": list(names)})
-            tag, fds, _, _ = socket.recv_fds(self._sock, 1, 1)
-            reply = recv_frame(self._sock) if tag else None
+            _, reply, fds = recv_frame_with_fds(self._sock, 1)
         except OSError:
-            tag, fds, reply = b"", [], None
+            fds, reply = [], None
         if reply is None:
             for fd in fds:
                 os.close(fd)
@@ -324,12 +331,12 @@ def reader_main() -> None:
             break
         reply, fd = _read_job(request)
         try:
-            if fd is not None:
-                socket.send_fds(sock, [b"S"], [fd])
-                os.close(fd)
-            else:
-                sock.sendall(b"E")
-            send_frame(sock, b"", reply)
+            # tag, reply and fd in one message: one wake-up of the server's load thread
+            send_frame_with_fds(sock, b"S" if fd is not None else b"E", reply,
+                                [] if fd is None else [fd])
         except OSError:
             break
+        finally:
+            if fd is not None:
+                os.close(fd)
     sock.close()
