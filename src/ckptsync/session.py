@@ -40,6 +40,7 @@ from .session_fetch import FetchMapper
 from .session_fusion import plan_fusion
 from .session_remap import fused_matmul_step, plan_remap
 from .session_steps import _make_step, _Plan, _read_variables_step, _Step
+from .variables import Variable
 
 __all__ = ["Session", "InteractiveSession", "get_default_session"]
 
@@ -177,6 +178,12 @@ class Session:
                 dtype does not fit the tensor (names it and both shapes); a kernel failed.
             FailedPreconditionError: a variable was read before it was initialized.
         """
+        if type(fetches) is Variable and not feed_dict and params is None and (
+                fetches.graph is self.graph and not self._closed):
+            # One variable's value (a hook's global step): what the plan would return.
+            value = self._vars.get(fetches.op.name)
+            if value is not None:
+                return value
         if self._closed:
             raise CkptsyncRuntimeError("Attempted to use a closed Session.")
         mapper = self._mapper_for(fetches)
