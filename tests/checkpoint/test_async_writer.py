@@ -173,3 +173,22 @@ def test_an_empty_save_after_a_non_empty_one_is_empty(tmp_path: Path) -> None:
         writer.submit(str(tmp_path / "m-2"), {}, 2)
         writer.wait(timeout_s=30)
     assert read_checkpoint(tmp_path / "m-2") == {}
+
+
+def test_layout_fits_what_a_saver_hands_in():
+    """The next save of the same variables is copied as it is (no re-normalizing): a
+    global step that is a numpy scalar fits; another shape, order, byte order or plain
+    Python values do not (they take the checked path)."""
+    from ckptsync.checkpoint._async_slots import Layout, signature_of
+    from ckptsync.checkpoint._format import normalize_array
+
+    arrays = {"w": np.ones((2, 3), np.float32), "global_step": np.int64(7)}
+    prepared = {k: normalize_array(k, v) for k, v in arrays.items()}
+    layout = Layout.of(signature_of(prepared), prepared)
+    assert layout.fits(arrays) and layout.fits(prepared)
+    assert layout.fits({"w": np.ones((3, 2), np.float32).T.copy().T.T, "global_step": np.int64(1)})
+    assert not layout.fits({"w": np.ones((3, 2), np.float32), "global_step": np.int64(7)})
+    assert not layout.fits({"global_step": np.int64(7), "w": np.ones((2, 3), np.float32)})
+    assert not layout.fits({"w": np.ones((2, 3), ">f4"), "global_step": np.int64(7)})
+    assert not layout.fits({"w": [[1.0] * 3] * 2, "global_step": 7})
+    assert not layout.fits({"w": np.ones((2, 3), np.float32)})

@@ -73,14 +73,16 @@ class Layout:
         return cls(signature, entries, offset)
 
     def fits(self, arrays: Mapping[str, Any]) -> bool:
-        """True when ``arrays`` are ndarrays with this layout's keys (in order), dtypes and
-        shapes: what a save of the same variables hands in, checked without allocating."""
+        """True when ``arrays`` are ndarrays or numpy scalars with this layout's keys (in
+        order), dtypes and shapes: what a save of the same variables hands in (a global
+        step is often a numpy scalar), checked without allocating."""
         signature = self.signature
         if signature is None or len(arrays) != len(signature):
             return False
+        ndarray, generic = np.ndarray, np.generic
         for (key, value), (k, dtype, shape) in zip(arrays.items(), signature):
-            if key != k or type(value) is not np.ndarray or value.dtype != dtype or (
-                    value.shape != shape):
+            if key != k or (type(value) is not ndarray and not isinstance(value, generic)) or (
+                    value.dtype != dtype or value.shape != shape):
                 return False
         return True
 

@@ -66,7 +66,7 @@ WORKER_COMMAND: list[str] = [
     "from ckptsync.checkpoint._async_worker import worker_main; worker_main()",
 ]
 _CLOSE_TIMEOUT_S = 60.0
-_MAX_IN_FLIGHT = 4
+_MAX_IN_FLIGHT = 16
 _IN_FLIGHT_BUDGET_BYTES = 64 << 20
 
 
@@ -129,7 +129,7 @@ class AsyncCheckpointWriter:
 
     Up to ``max_in_flight`` saves may be queued (each holds its own copy of the
     variables); a save that finds the queue full waits for the oldest. The default
-    allows as many copies as fit in 64 MiB, between 1 and 4, so that a slow ``fsync``
+    allows as many copies as fit in 64 MiB, between 1 and 16, so that a slow ``fsync``
     now and then does not stall a trainer that saves often, while a large model keeps
     one copy.
 

@@ -19,7 +19,7 @@ a directory sweeps the temp files of writers that died there.
 With ``async_save=True`` the same steps run in a writer process
 (:class:`ckptsync.checkpoint._async_writer.AsyncCheckpointWriter`): ``save`` returns once
 the values are copied into shared memory; saves are written one after the other, in
-order, with a few queued at most (as many copies as fit in 64 MiB, 1 to 4: a full queue
+order, with a few queued at most (as many copies as fit in 64 MiB, 1 to 16: a full queue
 makes ``save`` wait for the oldest); a failure is raised by a later ``save``,
 ``wait_until_finished``, ``restore`` or ``close`` (the saves queued after the failed one
 are dropped with it), and the state file never names a checkpoint that was not fully
