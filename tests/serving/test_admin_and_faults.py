@@ -287,6 +287,22 @@ def test_watcher_liveness_in_healthz_and_metrics_and_restart(tmp_path, mlp, in_s
         assert manager.wait_for_version(2, timeout_s=10).version == 2
 
 
+def test_a_killed_reader_process_is_replaced_logged_and_counted(tmp_path, mlp, caplog):
+    publish(tmp_path, 1)
+    manager = fast(mlp, tmp_path)
+    with TestClient(create_app(manager, "mlp", own_manager=True)) as client:
+        manager.wait_for_version(1, timeout_s=10)
+        assert client.get("/healthz").json()["loader"]["reader_restarts"] == 0
+        pid = manager._reader.pid
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: client.get("/healthz").json()["loader"]["reader_restarts"] == 1)
+        assert manager._reader.pid not in (None, pid)  # replaced now, not at the next load
+        assert f"reader process (pid {pid}) was killed by SIGKILL" in caplog.text
+        assert 'ckptsync_reader_restarts_total{model="mlp"} 1.0' in client.get("/metrics").text
+        publish(tmp_path, 2)
+        assert manager.wait_for_version(2, timeout_s=10).version == 2
+
+
 # -- every corrupt checkpoint of RELIABILITY.md -------------------------------------------
 def _flip(offset_fraction: float):
     def damage(path: str) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import struct
 import tempfile
@@ -22,7 +23,8 @@ from ..errors import CkptsyncError, OpError, UnknownError
 
 __all__ = [
     "NOT_READY", "FrameReader", "encode_frame", "error_from_reply", "error_reply",
-    "new_shared_fd", "recv_frame", "recv_frame_with_fds", "send_frame", "send_frame_with_fds",
+    "how_it_ended", "new_shared_fd", "recv_frame", "recv_frame_with_fds", "send_frame",
+    "send_frame_with_fds",
 ]
 
 _HEADER = struct.Struct(">I")
@@ -138,6 +140,17 @@ class FrameReader:
             if not data:
                 return None
             buf += data
+
+
+def how_it_ended(returncode: int | None) -> str:
+    """How a worker process ended, for a log line: ``"was killed by SIGKILL"``,
+    ``"exited with code 3"``."""
+    if returncode is not None and returncode < 0:
+        try:
+            return f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"was killed by signal {-returncode}"
+    return f"exited with code {returncode}"
 
 
 def error_reply(e: BaseException) -> dict[str, Any]:

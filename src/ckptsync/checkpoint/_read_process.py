@@ -46,6 +46,7 @@ from ..errors import CkptsyncRuntimeError, DataLossError, UnknownError
 from ._ipc import (
     error_from_reply,
     error_reply,
+    how_it_ended,
     new_shared_fd,
     recv_frame,
     recv_frame_with_fds,
@@ -100,6 +101,30 @@ class CheckpointReadProcess:
         self._sock: socket.socket | None = None
         self._finalizer: weakref.finalize[Any, Any] | None = None
         self._closed = False
+        #: Workers replaced after dying (while idle or while reading).
+        self.restarts = 0
+        self._start()
+
+    def check(self) -> None:
+        """Replaces a worker that died while idle (reaps it, logs how it ended, counts
+        it in ``restarts``) so that the next read does not pay for a fresh start.
+        Returns at once while a read is in progress. For health checks."""
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            if not self._closed and self._proc is not None and self._proc.poll() is not None:
+                self._replace_dead()
+        finally:
+            self._lock.release()
+
+    def _replace_dead(self) -> None:
+        """The worker died while idle: reap it, say so, start another."""
+        proc = self._proc
+        assert proc is not None
+        logger.warning("the checkpoint reader process (pid %d) %s; starting another",
+                       proc.pid, how_it_ended(proc.returncode))
+        self._stop()
+        self.restarts += 1
         self._start()
 
     def _start(self) -> None:
@@ -173,7 +198,7 @@ class CheckpointReadProcess:
         """One request to the worker (started if needed): (reply, fds, pid); reply None
         when the worker died (it is then reaped)."""
         if self._proc is not None and self._proc.poll() is not None:
-            self._stop()  # died while idle
+            self._replace_dead()  # died while idle
         if self._proc is None:
             self._start()
         assert self._sock is not None and self._proc is not None
@@ -187,6 +212,8 @@ class CheckpointReadProcess:
             for fd in fds:
                 os.close(fd)
             self._stop()
+            if not self._closed:
+                self.restarts += 1  # the next _ask starts another
             return None, [], pid
         return reply, fds, pid
 

@@ -78,7 +78,8 @@ class _ManagerCollector(Collector):
         alive.add_metric([self._model, watcher["mode"]], 1 if watcher["alive"] else 0)
         yield alive
         restarts = CounterMetricFamily(
-            "ckptsync_watcher_restarts", "Times the watchdog observer was restarted",
+            "ckptsync_watcher_restarts",
+            "Times the checkpoint watcher (its observer or its process) was restarted",
             labels=labels,
         )
         restarts.add_metric(model, watcher["restarts"])
@@ -89,3 +90,9 @@ class _ManagerCollector(Collector):
         )
         la.add_metric(model, 1 if loader["alive"] else 0)
         yield la
+        rr = CounterMetricFamily(
+            "ckptsync_reader_restarts",
+            "Times the checkpoint reader process was replaced after dying", labels=labels,
+        )
+        rr.add_metric(model, loader["reader_restarts"])
+        yield rr

@@ -46,7 +46,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from ..checkpoint._ipc import NOT_READY, FrameReader, send_frame
+from ..checkpoint._ipc import NOT_READY, FrameReader, how_it_ended, send_frame
 from .source import AspiredVersion, AspiredVersions, CheckpointSource
 
 __all__ = ["ProcessCheckpointSource", "source_main"]
@@ -350,10 +350,12 @@ class ProcessCheckpointSource:
             if self._closed or (finalizer is not None and not finalizer.alive):
                 return  # closed here (or at interpreter exit), not a death
             with self._lock:
-                pid = None if self._proc is None else self._proc.pid
-                self._stop_child()
+                proc = self._proc
+                self._stop_child()  # reaps it
             self._child_alive = False
-            logger.warning("the checkpoint source process (pid %s) died; starting another", pid)
+            logger.warning("the checkpoint source process (pid %s) %s; starting another",
+                           None if proc is None else proc.pid,
+                           "died" if proc is None else how_it_ended(proc.returncode))
             while not self._closed:
                 time.sleep(_RESTART_DELAY_S)
                 if self._closed:

@@ -21,6 +21,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
+from ..checkpoint._read_process import CheckpointReadProcess
 from ..errors import DEADLINE_EXCEEDED, NotFoundError, error_code_name
 from ._source_process import ProcessCheckpointSource
 from .loader import Snapshot
@@ -90,15 +91,21 @@ class _VersionBook:
     _stop: bool
     _thread: threading.Thread | None
     _source: CheckpointSource | ProcessCheckpointSource
+    _reader: CheckpointReadProcess | None
 
     def health(self) -> dict[str, Any]:
         """Liveness of the watcher and the loader, for ``/healthz`` and metrics.
 
         Returns:
             ``{"watcher": {"alive", "mode" ("events"|"poll"), "restarts", "state_error"},
-            "loader": {"alive", "loading_version", "loading_for_s", "stuck"}}``.
+            "loader": {"alive", "loading_version", "loading_for_s", "stuck",
+            "reader_restarts"}}`` (``reader_restarts``: checkpoint reader processes
+            replaced after dying; a dead idle one is replaced by this call).
         """
         self._check_watchdog()
+        reader = self._reader
+        if reader is not None:
+            reader.check()
         with self._cond:
             loading = self._loading
             thread_alive = bool(self._thread and self._thread.is_alive())
@@ -115,6 +122,7 @@ class _VersionBook:
                 "loading_version": None if loading is None else loading[0].version,
                 "loading_for_s": 0.0 if loading is None else time.monotonic() - loading[1],
                 "stuck": stuck,
+                "reader_restarts": 0 if reader is None else reader.restarts,
             },
         }
 

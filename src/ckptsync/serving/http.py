@@ -285,7 +285,7 @@ class _Api:
         if not watcher["alive"]:
             problems.append(
                 f"the checkpoint watcher ({watcher['mode']}) is not running "
-                f"(restarted {watcher['restarts']} times)"
+                f"(restarts so far: {watcher['restarts']})"
             )
         if loader["stuck"]:
             problems.append(
