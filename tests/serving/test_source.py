@@ -6,6 +6,7 @@ import logging
 import os
 import queue
 import shutil
+import time
 
 import pytest
 
@@ -226,3 +227,22 @@ def test_close_is_idempotent_and_stops_threads(tmp_path):
 def test_rejects_bad_interval(tmp_path):
     with pytest.raises(ValueError, match="rescan_interval_s"):
         CheckpointSource(tmp_path, print, rescan_interval_s=0)
+
+
+def test_a_broken_state_file_is_reported_once_not_every_rescan(tmp_path, caplog):
+    publish(tmp_path, 1)
+    rec = Recorder()
+    with caplog.at_level(logging.WARNING), \
+            CheckpointSource(tmp_path, rec, rescan_interval_s=0.02) as source:
+        assert rec.latest_version() == 1
+        (tmp_path / "checkpoint").write_bytes(b"\x00garbage\xff")
+        wait_until(lambda: source.state_error is not None)
+        assert "Unparsable checkpoint state" in source.state_error
+        time.sleep(0.3)  # ~15 rescans
+        assert caplog.text.count("Unparsable checkpoint state") == 1
+        (tmp_path / "checkpoint").write_text(
+            'model_checkpoint_path: "model.ckpt-1"\nall_model_checkpoint_paths: "nostep"\n'
+            'all_model_checkpoint_paths: "model.ckpt-1"\n')
+        wait_until(lambda: source.state_error is None)
+        time.sleep(0.3)
+        assert caplog.text.count("has no -<step> suffix") == 1

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 
 import pytest
 
@@ -128,3 +131,58 @@ def test_bad_interval_is_refused(tmp_path):
         source = ProcessCheckpointSource(tmp_path, lambda listing: None)
         source.close()
         source.start()
+
+
+def test_close_while_starting_leaves_nothing_watching(tmp_path):
+    publish(tmp_path, 1)
+    calls = []
+    source = ProcessCheckpointSource(tmp_path, calls.append, rescan_interval_s=0.05)
+    closer = threading.Timer(0.05, source.close)
+    closer.start()
+    source.start()  # the child is killed under it: no in-process fallback after close
+    closer.join(10)
+    assert not source.alive and source.pid is None and source._local is None
+    before = len(calls)
+    publish(tmp_path, 2)
+    time.sleep(0.3)
+    assert len(calls) == before
+
+
+def test_a_stopped_child_is_not_alive_and_close_stays_bounded(tmp_path, monkeypatch):
+    monkeypatch.setattr(sp, "_HEARTBEAT_TIMEOUT_S", 1.5)
+    monkeypatch.setattr(sp, "_CLOSE_TIMEOUT_S", 1.0)
+    publish(tmp_path, 1)
+    rec = Recorder()
+    source = ProcessCheckpointSource(tmp_path, rec, rescan_interval_s=30).start()
+    try:
+        assert rec.latest_version() == 1
+        pid = source.pid
+        os.kill(pid, signal.SIGSTOP)
+        for _ in range(2000):  # more rescans than the socket holds: none may block
+            source.rescan()
+        wait_until(lambda: not source.alive, timeout_s=10)
+    finally:
+        start = time.monotonic()
+        source.close()  # the stopped child is killed after the close timeout
+        assert time.monotonic() - start < sp._CLOSE_TIMEOUT_S + 5
+    wait_until(lambda: _gone(pid), timeout_s=10)
+
+
+def test_restarts_never_go_down_when_the_child_is_replaced(tmp_path):
+    publish(tmp_path, 1)
+    rec = Recorder()
+    with ProcessCheckpointSource(tmp_path, rec, rescan_interval_s=0.05) as source:
+        assert rec.latest_version() == 1
+        for _ in range(2):  # the directory replaced: the child's observer restarts
+            moved = tmp_path.with_name(tmp_path.name + "-old")
+            os.rename(tmp_path, moved)
+            os.mkdir(tmp_path)
+            publish(tmp_path, 1)
+            shutil.rmtree(moved)
+            seen = source.observer_restarts
+            wait_until(lambda seen=seen: source.observer_restarts > seen, timeout_s=10)
+        counted = source.observer_restarts
+        pid = source.pid
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: source.pid not in (None, pid) and source.alive, timeout_s=20)
+        assert source.observer_restarts == counted + 1

@@ -453,3 +453,33 @@ def test_async_retention_keeps_a_prefix_saved_again_when_the_second_save_fails(
     finally:
         saver.close()
         sess.close()
+
+
+def test_async_saving_a_published_prefix_again_when_the_writer_dies_is_a_failure(
+        tmp_path: Path) -> None:
+    """The same step saved again (a final save at the last periodic step): if the writer
+    dies before writing it, the state file and the file still look published, but they
+    hold the first save's values, so the second save must fail, not count as saved."""
+    import signal
+
+    g, sess = _model(tmp_path)
+    with g.as_default():
+        saver = cs.train.Saver(max_to_keep=3, async_save=True)
+    prefix = str(tmp_path / "model.ckpt-5")
+    try:
+        saver.save(sess, str(tmp_path / "model.ckpt"), global_step=5)
+        saver.wait_until_finished()
+        writer = saver._writer
+        assert writer is not None and writer.pid is not None
+        pid = writer.pid
+        os.kill(pid, signal.SIGSTOP)  # it cannot start the next job
+        sess._write_variables({"w": np.full(1000, 7.0, np.float32)})
+        saver.save(sess, str(tmp_path / "model.ckpt"), global_step=5)
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(UnknownError, match="died while writing"):
+            saver.wait_until_finished()
+        assert ckpt.latest_checkpoint(str(tmp_path)) == prefix
+        assert not np.any(ckpt.read_checkpoint(prefix, ["w"])["w"] == 7.0)  # the old values
+    finally:
+        saver.close()
+        sess.close()

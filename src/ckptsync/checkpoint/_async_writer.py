@@ -101,20 +101,24 @@ def _shutdown(proc: subprocess.Popen[bytes], sock: socket.socket) -> None:
 
 
 class _Queued(NamedTuple):
-    """A submitted job not yet confirmed: its prefix, slot, state update and evictions."""
+    """A submitted job not yet confirmed: its prefix, slot, state update, evictions, and
+    whether it rewrites a checkpoint that was already published under its prefix."""
 
     prefix: str
     slot: int
     state: StateUpdate | None
     delete: list[str]
+    rewrites: bool
 
 
 def _was_published(job: _Queued) -> bool:
     """True when the state file names ``job``'s checkpoint as the latest and its data
-    file exists: the job got past its publish (only its deletions may be missing)."""
+    file exists: the job got past its publish (only its deletions may be missing). Never
+    for a job that rewrites a published prefix: the state file and the file looked the
+    same before it ran."""
     from .state import get_checkpoint_state
 
-    if job.state is None:
+    if job.state is None or job.rewrites:
         return False
     try:
         state = get_checkpoint_state(job.state.save_dir, job.state.latest_filename)
@@ -221,6 +225,7 @@ class AsyncCheckpointWriter:
         state: StateUpdate | None = None,
         delete: Sequence[str] = (),
         require_finite: bool = False,
+        rewrites: bool = False,
     ) -> None:
         """Copies ``arrays`` and queues writing ``prefix``; waits only for a free slot.
 
@@ -235,6 +240,9 @@ class AsyncCheckpointWriter:
             global_step, metadata: as for :func:`write_checkpoint`.
             state: the state file to publish after the data file is durable.
             delete: evicted checkpoint prefixes to remove after the state file.
+            rewrites: ``prefix`` may already be a published checkpoint (a save of the same
+                step again): if the worker dies, the job then counts as failed even
+                though the state file names ``prefix`` (its old file may still be there).
             require_finite: the worker refuses to write the copy if a floating-point
                 variable holds NaN or Inf; the refusal is that job's failure
                 (InvalidArgumentError naming the variable), raised like a write error.
@@ -301,7 +309,7 @@ class AsyncCheckpointWriter:
                 raise UnknownError(
                     None, None, f"Could not hand checkpoint {prefix} to the writer process: {e}"
                 ) from e
-        self._queue.append(_Queued(prefix, index, state, list(delete)))
+        self._queue.append(_Queued(prefix, index, state, list(delete), rewrites))
 
     def _send(self, slot: Slot, index: int, job: dict[str, Any]) -> None:
         assert self._sock is not None and slot.buffer is not None and self._layout is not None

@@ -30,6 +30,8 @@ __all__ = [
     "generate_checkpoint_state_proto",
     "update_checkpoint_state",
     "get_checkpoint_state",
+    "read_checkpoint_state",
+    "StateFileError",
     "checkpoint_state_to_text",
     "parse_checkpoint_state",
 ]
@@ -344,6 +346,10 @@ def update_checkpoint_state(
     publish(state_path, write, "write checkpoint state")
 
 
+class StateFileError(CkptsyncValueError):
+    """The state file exists but cannot be read or parsed (the message names it)."""
+
+
 def get_checkpoint_state(
     checkpoint_dir: str, latest_filename: str | None = None
 ) -> CheckpointState | None:
@@ -361,6 +367,19 @@ def get_checkpoint_state(
             is empty; or an entry resolving (after ``os.path.realpath``) outside
             ``checkpoint_dir``, naming the entry and the directory.
     """
+    try:
+        return read_checkpoint_state(checkpoint_dir, latest_filename)
+    except StateFileError as e:
+        logger.warning("%s", e)
+        return None
+
+
+def read_checkpoint_state(
+    checkpoint_dir: str, latest_filename: str | None = None
+) -> CheckpointState | None:
+    """:func:`get_checkpoint_state` for watchers that report a problem once: an
+    unreadable or unparsable state file raises :class:`StateFileError` instead of
+    logging a warning and returning None. None only when there is no state file."""
     checkpoint_dir = os.fspath(checkpoint_dir)
     path = _state_filename(checkpoint_dir, latest_filename)
     try:
@@ -369,15 +388,13 @@ def get_checkpoint_state(
     except FileNotFoundError:
         return None
     except OSError as e:
-        logger.warning("Could not read checkpoint state %s: %s", path, e)
-        return None
+        raise StateFileError(f"Could not read checkpoint state {path}: {e}") from e
     try:
         if len(raw) > _MAX_STATE_BYTES:
             raise ValueError(f"larger than {_MAX_STATE_BYTES} bytes")
         state = parse_checkpoint_state(raw.decode("utf-8"))
     except (ValueError, CkptsyncError) as e:
-        logger.warning("Unparsable checkpoint state %s: %s", path, e)
-        return None
+        raise StateFileError(f"Unparsable checkpoint state {path}: {e}") from e
     if not state.model_checkpoint_path:
         raise CkptsyncValueError(f"Invalid checkpoint state loaded from {checkpoint_dir}")
     entry = _first_outside([state.model_checkpoint_path, *state.all_model_checkpoint_paths],

@@ -59,7 +59,7 @@ def metadata_json(metadata: Mapping[str, Any] | None) -> str:
         )
     try:
         text = json.dumps(dict(metadata), sort_keys=True, allow_nan=False)
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, RecursionError) as e:
         raise CkptsyncTypeError(f"metadata is not JSON-serializable: {e}") from e
     if len(text.encode("utf-8")) > MAX_METADATA_BYTES:
         raise CkptsyncValueError(

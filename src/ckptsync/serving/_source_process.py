@@ -46,7 +46,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from ..checkpoint._ipc import NOT_READY, FrameReader, how_it_ended, send_frame
+from ..checkpoint._ipc import NOT_READY, FrameReader, encode_frame, how_it_ended, send_frame
 from .source import AspiredVersion, AspiredVersions, CheckpointSource
 
 __all__ = ["ProcessCheckpointSource", "source_main"]
@@ -64,6 +64,9 @@ _START_TIMEOUT_S = 60.0  # the child imports ckptsync and does one rescan first
 _CLOSE_TIMEOUT_S = 10.0
 _RESTART_DELAY_S = 0.5
 _HEALTH_CHECK_S = 0.25
+_HEARTBEAT_S = 1.0  # the child reports its health at least this often
+_HEARTBEAT_TIMEOUT_S = 5.0  # silent longer (e.g. SIGSTOPped): not alive
+_RESCAN = encode_frame(b"", {"cmd": "rescan"})
 
 
 def _listing_doc(listing: AspiredVersions) -> dict[str, Any]:
@@ -113,9 +116,12 @@ def source_main() -> None:
         with send_lock:
             send_frame(sock, b"", doc)
 
+    # ckptsync's records at the server's level; other libraries' (watchdog's debug
+    # chatter) only from WARNING: each forwarded record costs the server a message.
     root = logging.getLogger()
     root.handlers[:] = [_ForwardLogs(send)]
-    root.setLevel(int(config.get("log_level", logging.WARNING)))
+    root.setLevel(logging.WARNING)
+    logging.getLogger("ckptsync").setLevel(int(config.get("log_level", logging.WARNING)))
     source: CheckpointSource | None = None
 
     def health() -> dict[str, Any]:
@@ -144,6 +150,7 @@ def source_main() -> None:
             last = health()
             assert source.last is not None
             send({"listing": _listing_doc(source.last), **last})
+            sent_at = time.monotonic()
         while True:
             try:
                 cmd = reader.next(True, _HEALTH_CHECK_S)
@@ -154,9 +161,9 @@ def source_main() -> None:
             if isinstance(cmd, dict) and cmd.get("cmd") == "rescan":
                 source.rescan()
             now = health()
-            if now != last:
-                send(now)
-                last = now
+            if now != last or time.monotonic() - sent_at >= _HEARTBEAT_S:
+                send(now)  # a change, or the heartbeat that says this process runs
+                last, sent_at = now, time.monotonic()
     except OSError:
         pass  # the server is gone
     finally:
@@ -197,8 +204,9 @@ class ProcessCheckpointSource:
         self._local: CheckpointSource | None = None  # where no process could be started
         self._last: AspiredVersions | None = None
         self._child_alive = False
-        self._child_restarts = 0
-        self._process_restarts = 0
+        self._child_restarts = 0  # the running child's observer restarts
+        self._restarts_base = 0  # earlier children's observer restarts + child restarts
+        self._heard_at = 0.0  # time.monotonic() of the child's last frame
         self.state_error: str | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -209,25 +217,32 @@ class ProcessCheckpointSource:
             raise RuntimeError("ProcessCheckpointSource was closed; create a new one")
         if self._thread is not None or self._local is not None:
             return self
-        try:
-            reader = self._spawn()
-            deadline = time.monotonic() + _START_TIMEOUT_S
-            while True:  # log records may come first
-                first = reader.next(True, max(0.0, deadline - time.monotonic()))
-                if not isinstance(first, dict):
-                    raise OSError("the source process ended before its first listing")
-                if "listing" in first:
-                    break
-                self._handle(first)
-        except (OSError, TimeoutError) as e:
-            self._stop_child()
-            logger.warning("cannot start the checkpoint source process (%s); watching %s "
-                           "in this process", e, self.checkpoint_dir)
-            self._local = CheckpointSource(self.checkpoint_dir, self._callback,
-                                           poll=self._poll,
-                                           rescan_interval_s=self._rescan_interval_s)
-            self._local.start()
-            return self
+        for attempt in range(2):  # a child that dies while starting gets one successor
+            try:
+                reader = self._spawn()
+                deadline = time.monotonic() + _START_TIMEOUT_S
+                while True:  # log records may come first
+                    first = reader.next(True, max(0.0, deadline - time.monotonic()))
+                    if not isinstance(first, dict):
+                        raise OSError("the source process ended before its first listing")
+                    if "listing" in first:
+                        break
+                    self._handle(first)
+                break
+            except (OSError, TimeoutError) as e:
+                with self._lock:
+                    self._stop_child()
+                    if self._closed:  # closed while starting: nothing to fall back to
+                        return self
+                    if attempt == 0:
+                        continue
+                    logger.warning("cannot start the checkpoint source process (%s); "
+                                   "watching %s in this process", e, self.checkpoint_dir)
+                    self._local = CheckpointSource(self.checkpoint_dir, self._callback,
+                                                   poll=self._poll,
+                                                   rescan_interval_s=self._rescan_interval_s)
+                    self._local.start()
+                return self
         self._handle(first)
         self._thread = threading.Thread(target=self._receive_loop, args=(reader,),
                                         name="ckptsync-source-receiver", daemon=True)
@@ -257,15 +272,17 @@ class ProcessCheckpointSource:
         if self._local is not None:
             return self._local.alive
         proc, thread = self._proc, self._thread
+        recent = time.monotonic() - self._heard_at < _HEARTBEAT_TIMEOUT_S  # not stopped
         return bool(not self._closed and thread is not None and thread.is_alive()
-                    and proc is not None and proc.poll() is None and self._child_alive)
+                    and proc is not None and proc.poll() is None and self._child_alive
+                    and recent)
 
     @property
     def observer_restarts(self) -> int:
         """Watcher restarts: the child's observer restarts plus child restarts."""
         if self._local is not None:
             return self._local.observer_restarts
-        return self._child_restarts + self._process_restarts
+        return self._restarts_base + self._child_restarts
 
     @property
     def last(self) -> AspiredVersions | None:
@@ -286,9 +303,12 @@ class ProcessCheckpointSource:
         with self._lock:
             sock = self._sock
             if sock is not None:
+                # Never waits: with a full socket (a stopped child) a rescan is pending
+                # anyway. A Unix stream socket takes a message this small whole or not
+                # at all, so no partial frame can follow.
                 try:
-                    send_frame(sock, b"", {"cmd": "rescan"})
-                except OSError:  # dying: the receiving thread restarts it
+                    sock.send(_RESCAN, socket.MSG_DONTWAIT)
+                except OSError:  # full, or dying: the receiving thread restarts it
                     pass
         return self._last
 
@@ -322,6 +342,7 @@ class ProcessCheckpointSource:
         self._proc = self._sock = self._finalizer = None
 
     def _handle(self, doc: Any) -> None:
+        self._heard_at = time.monotonic()
         if not isinstance(doc, dict):
             return
         log = doc.get("log")
@@ -365,7 +386,9 @@ class ProcessCheckpointSource:
                 except OSError as e:
                     logger.warning("cannot start the checkpoint source process: %s", e)
                     continue
-                self._process_restarts += 1
+                # The new child counts its own observer restarts from 0.
+                self._restarts_base += self._child_restarts + 1
+                self._child_restarts = 0
                 break
 
 

@@ -51,7 +51,7 @@ from watchdog.events import (
 from watchdog.observers import Observer
 from watchdog.observers.polling import PollingObserver
 
-from .. import checkpoint as ckpt
+from ..checkpoint.state import read_checkpoint_state
 
 __all__ = ["AspiredVersion", "AspiredVersions", "CheckpointSource", "parse_version"]
 
@@ -126,6 +126,7 @@ class CheckpointSource:
         #: The last state-file problem (unreadable, unparsable, an entry outside the
         #: directory), or None once the state file reads again. Shown in ``/healthz``.
         self.state_error: str | None = None
+        self._warned: set[str] = set()  # prefixes without a -<step> suffix, logged once
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -193,8 +194,8 @@ class CheckpointSource:
             return listing
 
     def _scan(self) -> AspiredVersions:
-        try:
-            state = ckpt.get_checkpoint_state(self.checkpoint_dir)
+        try:  # an unreadable or unparsable state file raises: logged once, in status
+            state = read_checkpoint_state(self.checkpoint_dir)
         except Exception as e:
             message = f"cannot read checkpoint state in {self.checkpoint_dir}: {e}"
             if message != self.state_error:  # log each distinct problem once, not per rescan
@@ -213,7 +214,12 @@ class CheckpointSource:
         for prefix in paths:
             version = parse_version(prefix)
             if version is None:
-                logger.warning("skipping checkpoint %s: its name has no -<step> suffix", prefix)
+                if prefix not in self._warned:  # once per name, not per rescan
+                    if len(self._warned) > 1024:
+                        self._warned.clear()
+                    self._warned.add(prefix)
+                    logger.warning("skipping checkpoint %s: its name has no -<step> suffix",
+                                   prefix)
                 continue
             if os.path.exists(prefix + ".h5"):
                 by_version[version] = AspiredVersion(version, prefix)

@@ -290,10 +290,13 @@ class Saver:
             state = StateUpdate(absolute(save_dir), absolute(prefix),
                                 [absolute(p) for p in kept], latest_filename)
         self._writer.failed_prefix, self._writer.failed_count = None, 0
+        target = absolute(prefix)
         try:
-            self._writer.submit(absolute(prefix), named, global_step=gs, metadata=metadata,
+            self._writer.submit(target, named, global_step=gs, metadata=metadata,
                                 state=state, delete=[absolute(p) for p in evicted],
-                                require_finite=self._require_finite)
+                                require_finite=self._require_finite,
+                                rewrites=any(absolute(p) == target
+                                             for p in before.last_checkpoints))
         except BaseException:
             if self._writer.failed_prefix is not None:  # an earlier queued save failed
                 self._roll_back()
