@@ -483,3 +483,33 @@ def test_async_saving_a_published_prefix_again_when_the_writer_dies_is_a_failure
     finally:
         saver.close()
         sess.close()
+
+
+def test_async_writer_dying_before_the_state_file_leaves_no_stray_files(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker dies after renaming checkpoint 2's data file into place but before the
+    state file names it: the save fails, and neither that file nor a temp file is left
+    (no state file names them, so no retention would ever delete them)."""
+    g, sess = _model(tmp_path)
+    _wrapped_worker(monkeypatch, textwrap.dedent("""
+        import os
+        from ckptsync.checkpoint import state
+        real = state.update_checkpoint_state
+        def update(save_dir, prefix, *args, **kwargs):
+            if prefix.endswith("model.ckpt-2"):
+                os._exit(9)
+            return real(save_dir, prefix, *args, **kwargs)
+        state.update_checkpoint_state = update"""))
+    with g.as_default():
+        saver = cs.train.Saver(max_to_keep=3, async_save=True)
+    try:
+        saver.save(sess, str(tmp_path / "model.ckpt"), global_step=1)
+        saver.wait_until_finished()
+        saver.save(sess, str(tmp_path / "model.ckpt"), global_step=2)
+        with pytest.raises(UnknownError, match="died while writing"):
+            saver.wait_until_finished()
+        assert sorted(os.listdir(tmp_path)) == ["checkpoint", "model.ckpt-1.h5"]
+        assert ckpt.latest_checkpoint(str(tmp_path)) == str(tmp_path / "model.ckpt-1")
+    finally:
+        saver.close()
+        sess.close()

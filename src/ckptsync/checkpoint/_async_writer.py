@@ -128,6 +128,36 @@ def _was_published(job: _Queued) -> bool:
             and os.path.exists(job.prefix + _format.DATA_SUFFIX))
 
 
+def _remove_leftovers(lost: list[_Queued]) -> None:
+    """After the worker died: removes what the lost jobs left, which no state file names
+    and no retention would ever delete: their temp files, and a data file renamed into
+    place before the state file was written (unless the job rewrote a published prefix,
+    or the state file names it). Problems are logged, never raised."""
+    from ._atomic import sweep_temp_files
+    from .state import get_checkpoint_state
+
+    for directory in sorted({os.path.dirname(job.prefix) for job in lost}):
+        try:
+            sweep_temp_files(directory)
+        except Exception as e:
+            logger.warning("could not remove the dead writer's temp files in %s: %s",
+                           directory, e)
+    for job in lost:
+        if job.rewrites:
+            continue
+        path = job.prefix + _format.DATA_SUFFIX
+        try:
+            state = get_checkpoint_state(os.path.dirname(job.prefix)) if job.state is None \
+                else get_checkpoint_state(job.state.save_dir, job.state.latest_filename)
+            named = state is not None and job.prefix in {
+                os.path.abspath(p) for p in [state.model_checkpoint_path,
+                                             *state.all_model_checkpoint_paths]}
+            if not named and os.path.exists(path):
+                os.unlink(path)
+        except Exception as e:
+            logger.warning("could not remove %s, left by a dead writer: %s", path, e)
+
+
 class AsyncCheckpointWriter:
     """Writes checkpoints in a worker process, in order, a few at a time.
 
@@ -364,8 +394,10 @@ class AsyncCheckpointWriter:
             self.failed_count = 1 + len(dropped)
             if reply is None:
                 pid = self._proc.pid
+                lost = [head, *self._queue]
                 self._queue.clear()
-                self._stop()
+                self._stop()  # reaped: its temp files are now a dead writer's
+                _remove_leftovers(lost)
                 raise UnknownError(
                     None, None,
                     f"The checkpoint writer process (pid {pid}) died while writing {prefix}; "
