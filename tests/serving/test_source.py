@@ -235,14 +235,16 @@ def test_a_broken_state_file_is_reported_once_not_every_rescan(tmp_path, caplog)
     with caplog.at_level(logging.WARNING), \
             CheckpointSource(tmp_path, rec, rescan_interval_s=0.02) as source:
         assert rec.latest_version() == 1
-        (tmp_path / "checkpoint").write_bytes(b"\x00garbage\xff")
+        (tmp_path / "tmp").write_bytes(b"\x00garbage\xff")  # replaced whole, as a
+        os.replace(tmp_path / "tmp", tmp_path / "checkpoint")  # writer does
         wait_until(lambda: source.state_error is not None)
         assert "Unparsable checkpoint state" in source.state_error
         time.sleep(0.3)  # ~15 rescans
         assert caplog.text.count("Unparsable checkpoint state") == 1
-        (tmp_path / "checkpoint").write_text(
+        (tmp_path / "tmp").write_text(
             'model_checkpoint_path: "model.ckpt-1"\nall_model_checkpoint_paths: "nostep"\n'
             'all_model_checkpoint_paths: "model.ckpt-1"\n')
+        os.replace(tmp_path / "tmp", tmp_path / "checkpoint")
         wait_until(lambda: source.state_error is None)
         time.sleep(0.3)
         assert caplog.text.count("has no -<step> suffix") == 1
