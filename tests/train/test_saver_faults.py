@@ -485,21 +485,35 @@ def test_async_saving_a_published_prefix_again_when_the_writer_dies_is_a_failure
         sess.close()
 
 
-def test_async_writer_dying_before_the_state_file_leaves_no_stray_files(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+_DIE_BEFORE_STATE = """
+    import os
+    from ckptsync.checkpoint import state
+    real = state.update_checkpoint_state
+    def update(save_dir, prefix, *args, **kwargs):
+        if prefix.endswith("model.ckpt-2"):
+            os._exit(9)
+        return real(save_dir, prefix, *args, **kwargs)
+    state.update_checkpoint_state = update"""
+_DIE_IN_DATA_FSYNC = """
+    import os
+    real = os.fsync
+    def fsync(fd):
+        if ".model.ckpt-2.h5.tmp-" in os.readlink(f"/proc/self/fd/{fd}"):
+            os._exit(9)
+        return real(fd)
+    os.fsync = fsync"""
+
+
+@pytest.mark.parametrize("death", [_DIE_BEFORE_STATE, _DIE_IN_DATA_FSYNC],
+                         ids=["after-the-data-rename", "in-the-data-fsync"])
+def test_async_writer_dying_mid_save_leaves_no_stray_files(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, death: str) -> None:
     """The worker dies after renaming checkpoint 2's data file into place but before the
-    state file names it: the save fails, and neither that file nor a temp file is left
-    (no state file names them, so no retention would ever delete them)."""
+    state file names it, or while its temp file is being synced: the save fails, and
+    neither that file nor the temp file is left (no state file names them, so no
+    retention would ever delete them)."""
     g, sess = _model(tmp_path)
-    _wrapped_worker(monkeypatch, textwrap.dedent("""
-        import os
-        from ckptsync.checkpoint import state
-        real = state.update_checkpoint_state
-        def update(save_dir, prefix, *args, **kwargs):
-            if prefix.endswith("model.ckpt-2"):
-                os._exit(9)
-            return real(save_dir, prefix, *args, **kwargs)
-        state.update_checkpoint_state = update"""))
+    _wrapped_worker(monkeypatch, textwrap.dedent(death))
     with g.as_default():
         saver = cs.train.Saver(max_to_keep=3, async_save=True)
     try:

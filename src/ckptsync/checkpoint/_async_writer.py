@@ -128,17 +128,17 @@ def _was_published(job: _Queued) -> bool:
             and os.path.exists(job.prefix + _format.DATA_SUFFIX))
 
 
-def _remove_leftovers(lost: list[_Queued]) -> None:
-    """After the worker died: removes what the lost jobs left, which no state file names
-    and no retention would ever delete: their temp files, and a data file renamed into
-    place before the state file was written (unless the job rewrote a published prefix,
-    or the state file names it). Problems are logged, never raised."""
+def _remove_leftovers(lost: list[_Queued], pid: int) -> None:
+    """After worker ``pid`` died: removes what the lost jobs left, which no state file
+    names and no retention would ever delete: its temp files, and a data file renamed
+    into place before the state file was written (unless the job rewrote a published
+    prefix, or the state file names it). Problems are logged, never raised."""
     from ._atomic import sweep_temp_files
     from .state import get_checkpoint_state
 
     for directory in sorted({os.path.dirname(job.prefix) for job in lost}):
         try:
-            sweep_temp_files(directory)
+            sweep_temp_files(directory, pid=pid)
         except Exception as e:
             logger.warning("could not remove the dead writer's temp files in %s: %s",
                            directory, e)
@@ -397,7 +397,7 @@ class AsyncCheckpointWriter:
                 lost = [head, *self._queue]
                 self._queue.clear()
                 self._stop()  # reaped: its temp files are now a dead writer's
-                _remove_leftovers(lost)
+                _remove_leftovers(lost, pid)
                 raise UnknownError(
                     None, None,
                     f"The checkpoint writer process (pid {pid}) died while writing {prefix}; "

@@ -155,7 +155,8 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def sweep_temp_files(checkpoint_dir: str, force: bool = False) -> list[str]:
+def sweep_temp_files(checkpoint_dir: str, force: bool = False,
+                     pid: int | None = None) -> list[str]:
     """Deletes temp files (``.<name>.tmp-<pid>-<n>``) left by dead writers.
 
     A writer killed mid-save leaves its temp file behind; a new Saver calls this on
@@ -166,6 +167,7 @@ def sweep_temp_files(checkpoint_dir: str, force: bool = False) -> list[str]:
     Args:
         checkpoint_dir: the directory to sweep (not recursive).
         force: delete every temp file regardless of its pid.
+        pid: only this (dead) writer's temp files, e.g. a writer process just reaped.
 
     Returns:
         The full paths removed, sorted. A missing directory gives ``[]``.
@@ -180,7 +182,8 @@ def sweep_temp_files(checkpoint_dir: str, force: bool = False) -> list[str]:
     removed = []
     for name in sorted(names):
         m = TEMP_RE.match(name)
-        if not m or (not force and _pid_alive(int(m.group(1)))):
+        if not m or (pid is not None and int(m.group(1)) != pid) or (
+                not force and _pid_alive(int(m.group(1)))):
             continue
         path = os.path.join(checkpoint_dir, name)
         try:
