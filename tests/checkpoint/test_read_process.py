@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import time
 from pathlib import Path
 from unittest import mock
 
@@ -127,3 +128,32 @@ def test_close_is_bounded_while_a_read_is_stuck(tmp_path: Path) -> None:
     t.join(10)
     assert time.monotonic() - start < 5 and not t.is_alive()
     assert len(errors) == 1 and isinstance(errors[0], CkptsyncRuntimeError)
+
+
+def test_check_replaces_a_dead_idle_worker_and_never_raises(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    prefix = str(tmp_path / "model.ckpt-1")
+    write_checkpoint(prefix, {"w": np.arange(4, dtype=np.float32)})
+    with CheckpointReadProcess() as reader:
+        reader.check()  # alive: nothing to do
+        assert reader.restarts == 0
+        first = reader.pid
+        os.kill(first, signal.SIGKILL)  # reaped by check(), not here
+        deadline = time.monotonic() + 10
+        while reader.restarts == 0:
+            assert time.monotonic() < deadline
+            reader.check()
+        assert reader.pid not in (None, first)
+        assert f"(pid {first}) was killed by SIGKILL" in caplog.text
+        # No process can be started now: check() logs it and returns; reads try again.
+        monkeypatch.setattr(_read_process, "READER_COMMAND", ["/nonexistent/python"])
+        second = reader.pid
+        os.kill(second, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while reader.restarts == 1:
+            assert time.monotonic() < deadline
+            reader.check()
+        assert reader.pid is None and "cannot start a checkpoint reader process" in caplog.text
+        monkeypatch.undo()
+        np.testing.assert_array_equal(reader.read(prefix, ["w"])["w"], np.arange(4))

@@ -509,9 +509,9 @@ _DIE_IN_DATA_FSYNC = """
 def test_async_writer_dying_mid_save_leaves_no_stray_files(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, death: str) -> None:
     """The worker dies after renaming checkpoint 2's data file into place but before the
-    state file names it, or while its temp file is being synced: the save fails, and
-    neither that file nor the temp file is left (no state file names them, so no
-    retention would ever delete them)."""
+    state file names it, or while its temp file is being synced: the save fails, the
+    state file still names checkpoint 1, and the dead writer's temp file is removed (a
+    renamed data file stays: it cannot be told from one an earlier save wrote)."""
     g, sess = _model(tmp_path)
     _wrapped_worker(monkeypatch, textwrap.dedent(death))
     with g.as_default():
@@ -522,8 +522,43 @@ def test_async_writer_dying_mid_save_leaves_no_stray_files(
         saver.save(sess, str(tmp_path / "model.ckpt"), global_step=2)
         with pytest.raises(UnknownError, match="died while writing"):
             saver.wait_until_finished()
-        assert sorted(os.listdir(tmp_path)) == ["checkpoint", "model.ckpt-1.h5"]
-        assert ckpt.latest_checkpoint(str(tmp_path)) == str(tmp_path / "model.ckpt-1")
+        assert not [n for n in os.listdir(tmp_path) if n.startswith(".")]  # no temp file
+        state = ckpt.get_checkpoint_state(str(tmp_path))
+        assert state.model_checkpoint_path == str(tmp_path / "model.ckpt-1")
+        assert state.all_model_checkpoint_paths == [str(tmp_path / "model.ckpt-1")]
     finally:
         saver.close()
         sess.close()
+
+
+@pytest.mark.parametrize("max_to_keep", [0, 3])
+def test_async_resaving_another_savers_checkpoint_when_the_writer_dies_keeps_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, max_to_keep: int) -> None:
+    """A fresh Saver (a restarted trainer that recovered nothing, or one keeping all)
+    saves step 5 again, and its writer dies before writing: the save fails (the state
+    file and the file only look published: they are the first save's), and the first
+    save's file is neither deleted nor changed."""
+    g, sess = _model(tmp_path)
+    prefix = str(tmp_path / "model.ckpt-5")
+    with g.as_default():
+        first = cs.train.Saver(max_to_keep=max_to_keep)
+    first.save(sess, str(tmp_path / "model.ckpt"), global_step=5)
+    before = ckpt.read_checkpoint(prefix, ["w"])["w"].copy()
+    _wrapped_worker(monkeypatch, textwrap.dedent("""
+        import os
+        from ckptsync.checkpoint import writer
+        def write_checkpoint(prefix, *args, **kwargs):
+            os._exit(9)
+        writer.write_checkpoint = write_checkpoint"""))
+    with g.as_default():
+        saver = cs.train.Saver(max_to_keep=max_to_keep, async_save=True)
+    try:
+        sess._write_variables({"w": before + 1.0})
+        saver.save(sess, str(tmp_path / "model.ckpt"), global_step=5)
+        with pytest.raises(UnknownError, match="died while writing"):
+            saver.wait_until_finished()
+    finally:
+        saver.close()
+        sess.close()
+    assert ckpt.latest_checkpoint(str(tmp_path)) == prefix
+    np.testing.assert_array_equal(ckpt.read_checkpoint(prefix, ["w"])["w"], before)

@@ -109,32 +109,36 @@ class _Queued(NamedTuple):
     state: StateUpdate | None
     delete: list[str]
     rewrites: bool
+    submitted_unix_s: float
 
 
 def _was_published(job: _Queued) -> bool:
     """True when the state file names ``job``'s checkpoint as the latest and its data
-    file exists: the job got past its publish (only its deletions may be missing). Never
-    for a job that rewrites a published prefix: the state file and the file looked the
-    same before it ran."""
+    file is the one this job wrote (created after it was submitted: a same-named
+    checkpoint published earlier, by this Saver or any other, does not count): the job
+    got past its publish, only its deletions may be missing. Any doubt says False (the
+    save is then reported as failed, never wrongly as saved)."""
+    from .reader import CheckpointReader
     from .state import get_checkpoint_state
 
     if job.state is None or job.rewrites:
         return False
     try:
         state = get_checkpoint_state(job.state.save_dir, job.state.latest_filename)
+        if state is None or os.path.abspath(state.model_checkpoint_path) != job.prefix:
+            return False
+        with CheckpointReader(job.prefix) as reader:
+            return reader.created_unix_s >= job.submitted_unix_s
     except Exception:
         return False
-    return (state is not None and os.path.abspath(state.model_checkpoint_path) == job.prefix
-            and os.path.exists(job.prefix + _format.DATA_SUFFIX))
 
 
 def _remove_leftovers(lost: list[_Queued], pid: int) -> None:
-    """After worker ``pid`` died: removes what the lost jobs left, which no state file
-    names and no retention would ever delete: its temp files, and a data file renamed
-    into place before the state file was written (unless the job rewrote a published
-    prefix, or the state file names it). Problems are logged, never raised."""
+    """After worker ``pid`` died: removes its temp files in the lost jobs' directories
+    (only its own: by pid). A data file it renamed into place before dying is left: it
+    cannot be told apart from a same-named checkpoint saved earlier, which must never be
+    deleted. Problems are logged, never raised."""
     from ._atomic import sweep_temp_files
-    from .state import get_checkpoint_state
 
     for directory in sorted({os.path.dirname(job.prefix) for job in lost}):
         try:
@@ -142,20 +146,6 @@ def _remove_leftovers(lost: list[_Queued], pid: int) -> None:
         except Exception as e:
             logger.warning("could not remove the dead writer's temp files in %s: %s",
                            directory, e)
-    for job in lost:
-        if job.rewrites:
-            continue
-        path = job.prefix + _format.DATA_SUFFIX
-        try:
-            state = get_checkpoint_state(os.path.dirname(job.prefix)) if job.state is None \
-                else get_checkpoint_state(job.state.save_dir, job.state.latest_filename)
-            named = state is not None and job.prefix in {
-                os.path.abspath(p) for p in [state.model_checkpoint_path,
-                                             *state.all_model_checkpoint_paths]}
-            if not named and os.path.exists(path):
-                os.unlink(path)
-        except Exception as e:
-            logger.warning("could not remove %s, left by a dead writer: %s", path, e)
 
 
 class AsyncCheckpointWriter:
@@ -316,6 +306,7 @@ class AsyncCheckpointWriter:
             self._slots.append(Slot())
         slot = self._slots[index]
         slot.copy_in(layout, prepared)
+        submitted = time.time()  # the worker's file says it was created after this
         job = {
             "prefix": prefix,
             "slot": index,
@@ -339,7 +330,7 @@ class AsyncCheckpointWriter:
                 raise UnknownError(
                     None, None, f"Could not hand checkpoint {prefix} to the writer process: {e}"
                 ) from e
-        self._queue.append(_Queued(prefix, index, state, list(delete), rewrites))
+        self._queue.append(_Queued(prefix, index, state, list(delete), rewrites, submitted))
 
     def _send(self, slot: Slot, index: int, job: dict[str, Any]) -> None:
         assert self._sock is not None and slot.buffer is not None and self._layout is not None

@@ -114,6 +114,8 @@ class CheckpointReadProcess:
         try:
             if not self._closed and self._proc is not None and self._proc.poll() is not None:
                 self._replace_dead()
+        except OSError as e:  # no process now (EAGAIN, EMFILE): the next read tries again
+            logger.warning("cannot start a checkpoint reader process: %s", e)
         finally:
             self._lock.release()
 

@@ -204,8 +204,9 @@ class ProcessCheckpointSource:
         self._local: CheckpointSource | None = None  # where no process could be started
         self._last: AspiredVersions | None = None
         self._child_alive = False
-        self._child_restarts = 0  # the running child's observer restarts
-        self._restarts_base = 0  # earlier children's observer restarts + child restarts
+        # (earlier children's observer restarts + child restarts, the running child's
+        # observer restarts): one tuple, so that a reader never sees half an update
+        self._restart_counts = (0, 0)
         self._heard_at = 0.0  # time.monotonic() of the child's last frame
         self.state_error: str | None = None
 
@@ -282,7 +283,8 @@ class ProcessCheckpointSource:
         """Watcher restarts: the child's observer restarts plus child restarts."""
         if self._local is not None:
             return self._local.observer_restarts
-        return self._restarts_base + self._child_restarts
+        base, child = self._restart_counts
+        return base + child
 
     @property
     def last(self) -> AspiredVersions | None:
@@ -350,7 +352,7 @@ class ProcessCheckpointSource:
             logging.getLogger(str(log["name"])).log(int(log["level"]), "%s", log["message"])
             return
         self._child_alive = bool(doc.get("alive"))
-        self._child_restarts = int(doc.get("restarts", 0))
+        self._restart_counts = (self._restart_counts[0], int(doc.get("restarts", 0)))
         self.state_error = doc.get("state_error")
         if "listing" in doc:
             listing = _listing_from(doc["listing"])
@@ -387,8 +389,8 @@ class ProcessCheckpointSource:
                     logger.warning("cannot start the checkpoint source process: %s", e)
                     continue
                 # The new child counts its own observer restarts from 0.
-                self._restarts_base += self._child_restarts + 1
-                self._child_restarts = 0
+                base, child = self._restart_counts
+                self._restart_counts = (base + child + 1, 0)
                 break
 
 
