@@ -226,3 +226,29 @@ def test_under_a_file_size_limit_the_hdf5_layout_is_used(tmp_path: Path) -> None
             mock.patch.object(_image, "image_for", side_effect=AssertionError("image")):
         write_checkpoint(tmp_path / "m-1", arrays, 1)
     np.testing.assert_array_equal(read_checkpoint(tmp_path / "m-1")["w"], arrays["w"])
+
+
+def test_scratch_files_of_killed_builders_are_swept(tmp_path):
+    """A process killed while building an image leaves its scratch file in /dev/shm (it
+    cannot remove it); the next build removes the files of dead processes only."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    scratch = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait(timeout=30)
+    stale = os.path.join(scratch, f"ckptsync-image-{dead.pid}-test.h5")
+    mine = os.path.join(scratch, f"ckptsync-image-{os.getpid()}-test.h5")
+    for path in (stale, mine):
+        open(path, "wb").close()
+    try:
+        # a layout no other test builds: this write builds its image, sweeping first
+        arrays = {"sweep/w": np.ones((3, 7), np.float32), "global_step": np.int64(1)}
+        write_checkpoint(str(tmp_path / "model.ckpt-1"), arrays, global_step=1)
+        assert not os.path.exists(stale) and os.path.exists(mine)
+    finally:
+        for path in (stale, mine):
+            if os.path.exists(path):
+                os.unlink(path)

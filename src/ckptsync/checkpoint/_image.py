@@ -315,8 +315,10 @@ def _build_image(values: RootValues, names: Sequence[str], arrays: Mapping[str, 
     end, as the plain writer's files are), in a scratch file in RAM where possible; the
     data regions stay holes."""
     stand_ins = {n: _stand_in(arrays[n]) for n in names}
-    scratch = "/dev/shm" if os.path.isdir("/dev/shm") else None
-    fd, path = tempfile.mkstemp(prefix="ckptsync-image-", suffix=".h5", dir=scratch)
+    scratch = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+    _sweep_scratch(scratch)
+    fd, path = tempfile.mkstemp(prefix=f"{_SCRATCH_PREFIX}{os.getpid()}-", suffix=".h5",
+                                dir=scratch)
     os.close(fd)
     os.unlink(path)  # H5Writer creates it exclusively
     try:
@@ -330,6 +332,27 @@ def _build_image(values: RootValues, names: Sequence[str], arrays: Mapping[str, 
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
+
+
+_SCRATCH_PREFIX = "ckptsync-image-"
+
+
+def _sweep_scratch(scratch: str) -> None:
+    """Removes the scratch files of processes killed while building an image (named
+    ``ckptsync-image-<pid>-*.h5``; a process that is gone cannot have removed its own)."""
+    from ._atomic import _pid_alive
+
+    try:
+        names = os.listdir(scratch)
+    except OSError:
+        return
+    for name in names:
+        if not name.startswith(_SCRATCH_PREFIX):
+            continue
+        pid = name[len(_SCRATCH_PREFIX):].partition("-")[0]
+        if pid.isdigit() and not _pid_alive(int(pid)):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(scratch, name))
 
 
 def _stand_in(arr: np.ndarray) -> np.ndarray:
