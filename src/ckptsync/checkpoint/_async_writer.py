@@ -51,7 +51,7 @@ from .. import errors
 from ..errors import CkptsyncRuntimeError, CkptsyncValueError, UnknownError
 from . import _format
 from ._async_slots import Layout, Slot, signature_of
-from ._ipc import NOT_READY, FrameReader, error_from_reply, send_frame
+from ._ipc import NOT_READY, FrameReader, error_from_reply, send_frame, start_worker, stop_worker
 from .management import remove_evicted
 
 __all__ = ["AsyncCheckpointWriter", "StateUpdate"]
@@ -87,17 +87,6 @@ class StateUpdate:
     latest_filename: str = "checkpoint"
 
 
-def _shutdown(proc: subprocess.Popen[bytes], sock: socket.socket) -> None:
-    """Closes the socket (the worker exits after its job) and reaps the worker."""
-    try:
-        sock.close()
-    finally:
-        try:
-            proc.wait(timeout=_CLOSE_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            logger.error("Checkpoint writer process %d did not exit; killing it.", proc.pid)
-            proc.kill()
-            proc.wait()
 
 
 class _Queued(NamedTuple):
@@ -192,23 +181,13 @@ class AsyncCheckpointWriter:
 
     # -- worker lifecycle ---------------------------------------------------------------
     def _start(self) -> None:
-        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            proc = subprocess.Popen(
-                [*WORKER_COMMAND, str(child.fileno())],
-                pass_fds=[child.fileno()],
-                stdin=subprocess.DEVNULL,
-            )
-        except BaseException:
-            parent.close()
-            raise
-        finally:
-            child.close()
+        proc, parent = start_worker(WORKER_COMMAND)
         self._proc, self._sock, self._reader = proc, parent, FrameReader(parent)
         self._layout_sent = False
         for slot in self._slots:
             slot.sent = False
-        self._finalizer = weakref.finalize(self, _shutdown, proc, parent)
+        self._finalizer = weakref.finalize(self, stop_worker, proc, parent,
+                                           _CLOSE_TIMEOUT_S, "checkpoint writer")
 
     def _stop(self) -> None:
         if self._finalizer is not None:

@@ -9,11 +9,14 @@ with the last process that holds or maps it, so a SIGKILL leaks nothing.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import signal
 import socket
 import struct
+import subprocess
 import tempfile
 from collections.abc import Mapping
 from typing import Any
@@ -24,8 +27,10 @@ from ..errors import CkptsyncError, OpError, UnknownError
 __all__ = [
     "NOT_READY", "FrameReader", "encode_frame", "error_from_reply", "error_reply",
     "how_it_ended", "new_shared_fd", "recv_frame", "recv_frame_with_fds", "send_frame",
-    "send_frame_with_fds",
+    "send_frame_with_fds", "start_worker", "stop_worker",
 ]
+
+logger = logging.getLogger(__name__)
 
 _HEADER = struct.Struct(">I")
 
@@ -140,6 +145,42 @@ class FrameReader:
             if not data:
                 return None
             buf += data
+
+
+def start_worker(command: list[str]) -> tuple[subprocess.Popen[bytes], socket.socket]:
+    """Starts ``command + [fd]``, a worker process holding one end of a new Unix socket
+    pair (fd number appended to its command line); returns it and this side's end.
+    Raises OSError."""
+    parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        proc = subprocess.Popen([*command, str(child.fileno())], pass_fds=[child.fileno()],
+                                stdin=subprocess.DEVNULL)
+    except BaseException:
+        parent.close()
+        raise
+    finally:
+        child.close()
+    return proc, parent
+
+
+def stop_worker(proc: subprocess.Popen[bytes], sock: socket.socket, timeout_s: float,
+                what: str) -> None:
+    """Closes ``sock`` (the worker exits when it sees the end) and reaps ``proc``,
+    killing it after ``timeout_s``. ``what`` names it in the log ("checkpoint writer")."""
+    try:
+        # shutdown first: it wakes a thread of ours blocked in recv on ``sock`` (a plain
+        # close would leave the socket open under that recv: the worker would never see
+        # the end).
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
+    finally:
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            logger.error("the %s process (pid %d) did not exit; killing it", what, proc.pid)
+            proc.kill()
+            proc.wait()
 
 
 def how_it_ended(returncode: int | None) -> str:

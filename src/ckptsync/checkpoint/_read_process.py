@@ -52,6 +52,8 @@ from ._ipc import (
     recv_frame_with_fds,
     send_frame,
     send_frame_with_fds,
+    start_worker,
+    stop_worker,
 )
 
 __all__ = ["CheckpointReadProcess", "reader_main"]
@@ -69,15 +71,6 @@ _CLOSE_TIMEOUT_S = 10.0
 _CLOSE_LOCK_WAIT_S = 1.0
 
 
-def _shutdown(proc: subprocess.Popen[bytes], sock: socket.socket) -> None:
-    try:
-        sock.close()
-    finally:
-        try:
-            proc.wait(timeout=_CLOSE_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 class CheckpointReadProcess:
@@ -130,20 +123,10 @@ class CheckpointReadProcess:
         self._start()
 
     def _start(self) -> None:
-        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            proc = subprocess.Popen(
-                [*READER_COMMAND, str(child.fileno())],
-                pass_fds=[child.fileno()],
-                stdin=subprocess.DEVNULL,
-            )
-        except BaseException:
-            parent.close()
-            raise
-        finally:
-            child.close()
+        proc, parent = start_worker(READER_COMMAND)
         self._proc, self._sock = proc, parent
-        self._finalizer = weakref.finalize(self, _shutdown, proc, parent)
+        self._finalizer = weakref.finalize(self, stop_worker, proc, parent, _CLOSE_TIMEOUT_S,
+                                           "checkpoint reader")
 
     def _stop(self) -> None:
         if self._finalizer is not None:

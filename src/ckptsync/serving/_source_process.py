@@ -33,7 +33,6 @@ Thread-safety: as :class:`~.source.CheckpointSource`.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
@@ -46,7 +45,15 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from ..checkpoint._ipc import NOT_READY, FrameReader, encode_frame, how_it_ended, send_frame
+from ..checkpoint._ipc import (
+    NOT_READY,
+    FrameReader,
+    encode_frame,
+    how_it_ended,
+    send_frame,
+    start_worker,
+    stop_worker,
+)
 from .source import AspiredVersion, AspiredVersions, CheckpointSource
 
 __all__ = ["ProcessCheckpointSource", "source_main"]
@@ -316,21 +323,14 @@ class ProcessCheckpointSource:
 
     # -- the child -----------------------------------------------------------------------
     def _spawn(self) -> FrameReader:
-        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            proc = subprocess.Popen([*SOURCE_COMMAND, str(child.fileno())],
-                                    pass_fds=[child.fileno()], stdin=subprocess.DEVNULL)
-        except BaseException:
-            parent.close()
-            raise
-        finally:
-            child.close()
+        proc, parent = start_worker(SOURCE_COMMAND)
         with self._lock:
             if self._closed:  # closed while this one started
-                _shutdown(proc, parent)
+                stop_worker(proc, parent, _CLOSE_TIMEOUT_S, "checkpoint source")
                 raise OSError("the source was closed")
             self._proc, self._sock = proc, parent
-            self._finalizer = weakref.finalize(self, _shutdown, proc, parent)
+            self._finalizer = weakref.finalize(self, stop_worker, proc, parent,
+                                               _CLOSE_TIMEOUT_S, "checkpoint source")
         send_frame(parent, b"", {
             "dir": self.checkpoint_dir, "poll": self._poll,
             "rescan_interval_s": self._rescan_interval_s,
@@ -394,18 +394,3 @@ class ProcessCheckpointSource:
                 break
 
 
-def _shutdown(proc: subprocess.Popen[bytes], sock: socket.socket) -> None:
-    """Closes the socket (the child exits) and reaps the child (killed if it hangs)."""
-    try:
-        # shutdown first: it wakes this side's receiving thread (a plain close would
-        # leave the socket open under its recv, and the child would never see the end).
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
-        sock.close()
-    finally:
-        try:
-            proc.wait(timeout=_CLOSE_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            logger.error("checkpoint source process %d did not exit; killing it", proc.pid)
-            proc.kill()
-            proc.wait()
