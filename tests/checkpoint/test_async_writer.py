@@ -192,3 +192,36 @@ def test_layout_fits_what_a_saver_hands_in():
     assert not layout.fits({"w": np.ones((2, 3), ">f4"), "global_step": np.int64(7)})
     assert not layout.fits({"w": [[1.0] * 3] * 2, "global_step": 7})
     assert not layout.fits({"w": np.ones((2, 3), np.float32)})
+
+
+def _voluntary_switches(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("voluntary_ctxt_switches:"):
+                return int(line.split()[1])
+    raise AssertionError("no voluntary_ctxt_switches")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs procfs")
+def test_reading_a_reply_does_not_wake_the_idle_worker(tmp_path: Path) -> None:
+    # A process asleep in recv() on a Unix socket is woken whenever its peer reads what
+    # it sent; the worker waits in poll(POLLIN) instead, so the trainer's read of a reply
+    # costs it no wake-up of the other process (an IPI, ~20 us in a VM).
+    import select
+    import time
+
+    with AsyncCheckpointWriter() as writer:
+        writer.submit(str(tmp_path / "m-1"), {"w": np.ones(3)}, global_step=1)
+        sock = writer._sock
+        assert sock is not None and writer.pid is not None
+        assert select.select([sock], [], [], 10.0)[0], "no reply within 10 s"
+        before, deadline = -1, time.monotonic() + 10.0
+        while time.monotonic() < deadline:  # until the worker is asleep and stays so
+            now = _voluntary_switches(writer.pid)
+            if now == before:
+                break
+            before = now
+            time.sleep(0.05)
+        writer.wait()  # reads the reply
+        time.sleep(0.1)
+        assert _voluntary_switches(writer.pid) == before

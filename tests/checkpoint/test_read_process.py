@@ -157,3 +157,27 @@ def test_check_replaces_a_dead_idle_worker_and_never_raises(
         assert reader.pid is None and "cannot start a checkpoint reader process" in caplog.text
         monkeypatch.undo()
         np.testing.assert_array_equal(reader.read(prefix, ["w"])["w"], np.arange(4))
+
+
+def _voluntary_switches(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("voluntary_ctxt_switches:"):
+                return int(line.split()[1])
+    raise AssertionError("no voluntary_ctxt_switches")
+
+
+def test_reading_a_reply_does_not_wake_the_idle_worker(
+        tmp_path: Path, reader: CheckpointReadProcess) -> None:
+    # The worker sleeps once per request. Asleep in recv() it would also be woken each
+    # time the server reads its reply (a second sleep per request); it waits in poll().
+    prefix = write_checkpoint(tmp_path / "m-1", ARRAYS, 1)
+    reader.read(prefix, ["step"])
+    time.sleep(0.2)
+    assert reader._proc is not None
+    pid, reads = reader._proc.pid, 20
+    before = _voluntary_switches(pid)
+    for _ in range(reads):
+        reader.read(prefix, ["step"])
+        time.sleep(0.02)  # the worker is asleep before the next request
+    assert _voluntary_switches(pid) - before <= reads + reads // 5

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ._ipc import error_reply, recv_frame, send_frame
+from ._ipc import error_reply, readable_waiter, recv_frame, send_frame
 
 __all__ = ["worker_main"]
 
@@ -83,8 +83,10 @@ def worker_main() -> None:
     variables: list[dict[str, Any]] = []
     views: dict[int, tuple[Any, dict[str, np.ndarray]]] = {}  # slot -> (variables, views)
     failed = False  # after a failed job, skip queued jobs until the owner says "C"
+    wait_readable = readable_waiter(sock)  # not woken when the owner reads a reply
     while True:
         try:
+            wait_readable()
             tag, fds, _, _ = socket.recv_fds(sock, 1, 1)
         except OSError:
             break

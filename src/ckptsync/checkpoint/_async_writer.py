@@ -52,6 +52,7 @@ from ..errors import CkptsyncRuntimeError, CkptsyncValueError, UnknownError
 from . import _format
 from ._async_slots import Layout, Slot, signature_of
 from ._ipc import NOT_READY, FrameReader, error_from_reply, send_frame, start_worker, stop_worker
+from ._placement import writer_cpus
 from .management import remove_evicted
 
 __all__ = ["AsyncCheckpointWriter", "StateUpdate"]
@@ -173,6 +174,8 @@ class AsyncCheckpointWriter:
         self._layout_sent = False
         self._queue: collections.deque[_Queued] = collections.deque()
         self._closed = False
+        self._placed: tuple[int, str] | None = None  # (worker pid, directory) pinned for
+        self._cpus_for: dict[str, frozenset[int] | None] = {}
         self.failed_prefix: str | None = None
         # How many submitted saves the last failure lost: the failed one and those queued
         # after it (the last ``failed_count`` submitted before the failure was raised).
@@ -188,6 +191,27 @@ class AsyncCheckpointWriter:
             slot.sent = False
         self._finalizer = weakref.finalize(self, stop_worker, proc, parent,
                                            _CLOSE_TIMEOUT_S, "checkpoint writer")
+
+    def _place(self, directory: str) -> None:
+        """Pins the worker to the CPUs that take ``directory``'s disk interrupts (see
+        ``_placement``), once per worker and directory; failures only logged."""
+        assert self._proc is not None
+        key = (self._proc.pid, directory)
+        if key == self._placed:
+            return
+        if directory not in self._cpus_for:
+            self._cpus_for[directory] = writer_cpus(directory)  # may raise: bad setting
+        cpus = self._cpus_for[directory]
+        self._placed = key
+        if cpus is None:
+            return
+        try:
+            os.sched_setaffinity(self._proc.pid, cpus)
+        except OSError as e:  # it died (the send finds out), or the CPUs went offline
+            logger.debug("Could not pin the checkpoint writer to CPUs %s: %s", sorted(cpus), e)
+        else:
+            logger.debug("Checkpoint writer (pid %d) pinned to CPUs %s, those of the "
+                         "interrupts of %s's disk.", self._proc.pid, sorted(cpus), directory)
 
     def _stop(self) -> None:
         if self._finalizer is not None:
@@ -277,6 +301,7 @@ class AsyncCheckpointWriter:
         # A worker that died while idle is found by the send below (its socket is closed).
         if self._proc is None:
             self._start()
+        self._place(os.path.dirname(prefix))
         if layout is not self._layout:
             self._layout, self._layout_sent = layout, False
         busy = {q.slot for q in self._queue}

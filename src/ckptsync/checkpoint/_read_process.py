@@ -48,6 +48,7 @@ from ._ipc import (
     error_reply,
     how_it_ended,
     new_shared_fd,
+    readable_waiter,
     recv_frame,
     recv_frame_with_fds,
     send_frame,
@@ -331,8 +332,10 @@ def reader_main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=logging.WARNING)
     sock = socket.socket(fileno=int(sys.argv[-1]))
+    wait_readable = readable_waiter(sock)  # not woken when the server reads a reply
     while True:
         try:
+            wait_readable()
             tag = sock.recv(1)
         except OSError:
             break

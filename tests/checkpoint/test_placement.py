@@ -1,0 +1,133 @@
+"""Writer placement: the CPUs of the checkpoint disk's interrupts, read from sysfs/procfs
+(fake trees here, the real ones in the last tests), and the writer pinned to them."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ckptsync.checkpoint._async_writer import AsyncCheckpointWriter, StateUpdate
+from ckptsync.checkpoint._placement import (
+    ENV_VAR,
+    interrupt_cpus,
+    parse_cpu_list,
+    writer_cpus,
+)
+from ckptsync.errors import CkptsyncValueError
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "sched_getaffinity"),
+                                reason="CPU affinity is Linux-only")
+
+
+def _fake_tree(root: Path, directory: Path, irqs: dict[int, str], partition: bool = True,
+               msi: bool = True) -> tuple[str, str]:
+    """A sysfs/procfs pair where ``directory``'s device is a partition of a PCI disk
+    whose interrupts go to ``irqs`` (IRQ number -> CPU list)."""
+    sys_root, proc_root = root / "sys", root / "proc"
+    pci = sys_root / "devices" / "pci0000:00" / "0000:00:02.0"
+    disk = pci / "virtio1" / "block" / "vda"
+    block = disk / "vda1" if partition else disk
+    block.mkdir(parents=True)
+    if partition:
+        (block / "partition").write_text("1\n")
+    (disk / "device").symlink_to(pci / "virtio1")
+    if msi:
+        (pci / "msi_irqs").mkdir()
+        for n in irqs:
+            (pci / "msi_irqs" / str(n)).write_text("msix\n")
+    else:
+        (pci / "irq").write_text(f"{next(iter(irqs))}\n")
+    for n, cpus in irqs.items():
+        (proc_root / "irq" / str(n)).mkdir(parents=True)
+        (proc_root / "irq" / str(n) / "effective_affinity_list").write_text(cpus + "\n")
+    dev = os.stat(directory).st_dev
+    (sys_root / "dev" / "block").mkdir(parents=True)
+    (sys_root / "dev" / "block" / f"{os.major(dev)}:{os.minor(dev)}").symlink_to(block)
+    return str(sys_root), str(proc_root)
+
+
+def test_cpu_lists_parse_as_the_kernel_writes_them() -> None:
+    assert parse_cpu_list("0-3,8\n") == {0, 1, 2, 3, 8}
+    assert parse_cpu_list("5") == {5}
+    for bad in ("a", "3-1", "-1", "1-b"):
+        with pytest.raises(CkptsyncValueError, match="not a CPU list"):
+            parse_cpu_list(bad)
+
+
+def test_the_interrupt_cpus_of_a_partitions_disk_are_found(tmp_path: Path) -> None:
+    roots = _fake_tree(tmp_path / "t", tmp_path, {35: "1", 36: "1"})
+    assert interrupt_cpus(str(tmp_path), *roots) == {1}
+    roots = _fake_tree(tmp_path / "u", tmp_path, {40: "2-3"}, partition=False, msi=False)
+    assert interrupt_cpus(str(tmp_path), *roots) == {2, 3}
+
+
+def test_no_block_device_or_no_sysfs_means_unknown(tmp_path: Path) -> None:
+    assert interrupt_cpus(str(tmp_path), str(tmp_path / "nosys"), str(tmp_path)) is None
+    roots = _fake_tree(tmp_path / "t", tmp_path, {35: "1"})
+    assert interrupt_cpus(str(tmp_path / "missing"), *roots) is None
+
+
+def test_the_writer_is_pinned_only_where_that_leaves_cpus_free(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    roots = _fake_tree(tmp_path / "t", tmp_path, {35: "1", 36: "1"})
+    d = str(tmp_path)
+    assert writer_cpus(d, frozenset({0, 1}), *roots) == {1}
+    assert writer_cpus(d, frozenset({0, 1, 2, 3}), *roots) == {1}
+    assert writer_cpus(d, frozenset({1}), *roots) is None  # nothing left to free
+    assert writer_cpus(d, frozenset({0, 2}), *roots) is None  # never outside the owner's
+    every = _fake_tree(tmp_path / "u", tmp_path, {40: "0", 41: "1"})  # one queue per CPU
+    assert writer_cpus(d, frozenset({0, 1}), *every) is None
+
+
+def test_the_setting_overrides_or_fails_clearly(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    roots = _fake_tree(tmp_path / "t", tmp_path, {35: "1"})
+    d = str(tmp_path)
+    monkeypatch.setenv(ENV_VAR, "none")
+    assert writer_cpus(d, frozenset({0, 1}), *roots) is None
+    monkeypatch.setenv(ENV_VAR, "0,2-3")
+    assert writer_cpus(d, frozenset({0, 1, 2}), *roots) == {0, 2}
+    monkeypatch.setenv(ENV_VAR, "7")
+    with pytest.raises(CkptsyncValueError, match=f"{ENV_VAR}='7' names none"):
+        writer_cpus(d, frozenset({0, 1}), *roots)
+    monkeypatch.setenv(ENV_VAR, "fast")
+    with pytest.raises(CkptsyncValueError, match=f"{ENV_VAR}='fast': expected 'auto'"):
+        writer_cpus(d, frozenset({0, 1}), *roots)
+
+
+def _save(writer: AsyncCheckpointWriter, tmp_path: Path, step: int) -> None:
+    prefix = str(tmp_path / f"m-{step}")
+    writer.submit(prefix, {"w": np.full(4, step, np.float32)}, global_step=step,
+                  state=StateUpdate(str(tmp_path), prefix, [prefix]))
+    writer.wait()
+
+
+def test_the_writer_process_runs_on_the_cpus_chosen_for_its_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    owner = set(os.sched_getaffinity(0))
+    expected = writer_cpus(str(tmp_path))  # this machine's answer for this directory
+    with AsyncCheckpointWriter() as writer:
+        _save(writer, tmp_path, 1)
+        assert writer.pid is not None
+        assert os.sched_getaffinity(writer.pid) == (set(expected) if expected else owner)
+    if len(owner) < 2:
+        return
+    monkeypatch.setenv(ENV_VAR, str(min(owner)))  # an explicit CPU list
+    with AsyncCheckpointWriter() as writer:
+        _save(writer, tmp_path, 2)
+        assert writer.pid is not None and os.sched_getaffinity(writer.pid) == {min(owner)}
+
+
+def test_a_bad_setting_fails_the_save_before_anything_is_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_VAR, "fast")
+    with AsyncCheckpointWriter() as writer:
+        with pytest.raises(CkptsyncValueError, match=ENV_VAR):
+            _save(writer, tmp_path, 1)
+        assert writer.in_flight is None
+    assert os.listdir(tmp_path) == []
