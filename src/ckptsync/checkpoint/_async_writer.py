@@ -54,6 +54,7 @@ from ._async_slots import Layout, Slot, signature_of
 from ._ipc import NOT_READY, FrameReader, error_from_reply, send_frame, start_worker, stop_worker
 from ._placement import writer_cpus
 from .management import remove_evicted
+from .writer import check_global_step, metadata_json
 
 __all__ = ["AsyncCheckpointWriter", "StateUpdate"]
 
@@ -229,6 +230,11 @@ class AsyncCheckpointWriter:
         return self._queue[-1].prefix if self._queue else None
 
     @property
+    def pending_count(self) -> int:
+        """How many submitted saves are not yet confirmed written."""
+        return len(self._queue)
+
+    @property
     def pending(self) -> list[str]:
         """Prefixes submitted and not yet confirmed written, oldest first."""
         return [q.prefix for q in self._queue]
@@ -278,8 +284,6 @@ class AsyncCheckpointWriter:
                 the first; the state file names none of them).
             CkptsyncRuntimeError: the writer is closed.
         """
-        from .writer import check_global_step, metadata_json
-
         if self._closed:
             raise CkptsyncRuntimeError("The async checkpoint writer is closed.")
         self._collect(block=False)  # surface an earlier failure now

@@ -6,7 +6,6 @@ The policy only decides; the caller (``train.Saver``) deletes the prefixes that
 
 from __future__ import annotations
 
-import copy
 import math
 import os
 import time
@@ -78,7 +77,8 @@ class CheckpointRetention:
     def copy(self) -> CheckpointRetention:
         """An independent copy (e.g. to roll back to if a save fails)."""
         # Every field is immutable or a list of immutable pairs: copy the lists.
-        other = copy.copy(self)
+        other = type(self).__new__(type(self))
+        other.__dict__.update(self.__dict__)
         other._last, other._to_delete = list(self._last), list(self._to_delete)
         return other
 

@@ -320,7 +320,7 @@ class Saver:
     def _trim_rollback(self) -> None:
         """Forgets the rollback points of saves the writer has confirmed (confirmed in
         submission order, so the unconfirmed ones are the last ``len(pending)``)."""
-        pending = len(self._writer.pending) if self._writer is not None else 0
+        pending = self._writer.pending_count if self._writer is not None else 0
         self._rollback = self._rollback[len(self._rollback) - pending:] if pending else []
 
     def _finish_async(self, timeout_s: float | None = None) -> None:
