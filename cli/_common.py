@@ -39,7 +39,10 @@ class OneLineErrorGroup(click.Group):
             return super().main(*args, **kwargs)
         except click.exceptions.Exit as e:
             sys.exit(e.exit_code)
-        except click.Abort:
+        except click.Abort as e:
+            if isinstance(e.__cause__, KeyboardInterrupt):  # Ctrl-C: the shell's 128 + 2
+                click.echo(f"{self.name}: interrupted", err=True)
+                sys.exit(130)
             click.echo(f"{self.name}: aborted", err=True)
             sys.exit(EXIT_RUNTIME)
         except click.ClickException as e:

@@ -123,7 +123,7 @@ def demo(steps: int, save_every_steps: int, max_steps_per_s: float, interval_s: 
     watch = _TrainerWatch()
     failures: list[str] = []
     accs: list[float] = []
-    ok = False
+    ok = interrupted = False
     try:
         server = subprocess.Popen(
             [sys.executable, "-m", "ckptsync.cli.infer", "serve", "--model", model,
@@ -197,12 +197,15 @@ def demo(steps: int, save_every_steps: int, max_steps_per_s: float, interval_s: 
         ok = rose and not failures
         if not rose:
             click.echo("failure: the served accuracy did not rise", err=True)
+    except KeyboardInterrupt:  # Ctrl-C: stop both, keep nothing unless --keep
+        interrupted = True
+        raise
     finally:
         _stop(trainer)
         _stop(server)
         server_log.close()
         trainer_log.close()
-        if keep or not ok:
+        if keep or not (ok or interrupted):
             click.echo(f"logs kept in {work}", err=not ok)
         else:
             shutil.rmtree(work, ignore_errors=True)

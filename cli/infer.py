@@ -38,7 +38,7 @@ logger = logging.getLogger("ckptsync.cli.infer")
 SWITCH_INTERVAL_S = 0.0001
 
 
-@click.group(cls=OneLineErrorGroup, context_settings=CONTEXT_SETTINGS)
+@click.group(name="infer", cls=OneLineErrorGroup, context_settings=CONTEXT_SETTINGS)
 @click.version_option(package_name="ckptsync")
 def main() -> None:
     """Serve ckptsync models over TF Serving's REST API."""

@@ -9,7 +9,7 @@ from .demo import demo
 from .inspect_cmd import inspect
 
 
-@click.group(cls=OneLineErrorGroup, context_settings=CONTEXT_SETTINGS)
+@click.group(name="ckptsync", cls=OneLineErrorGroup, context_settings=CONTEXT_SETTINGS)
 @click.version_option(package_name="ckptsync")
 def main() -> None:
     """ckptsync: keep a serving copy of a model in sync with a model that is training."""

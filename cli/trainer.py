@@ -31,7 +31,7 @@ from ._common import (
 from ._common import option as _opt
 
 
-@click.group(cls=OneLineErrorGroup, context_settings=CONTEXT_SETTINGS)
+@click.group(name="trainer", cls=OneLineErrorGroup, context_settings=CONTEXT_SETTINGS)
 @click.version_option(package_name="ckptsync")
 def main() -> None:
     """The ckptsync trainer: train a model file, publishing TF1-style checkpoints."""
@@ -64,7 +64,8 @@ def main() -> None:
       help="Held-out accuracy every N steps (0: only at the end).")
 @_opt("--async-save/--no-async-save", default=False, show_default=True,
       help="Write checkpoints in a background writer process; training continues once "
-           "the values are copied.")
+           "the values are copied. The writer runs on the CPUs of the checkpoint disk's "
+           "interrupts; CKPTSYNC_WRITER_CPUS=auto|none|0,2-3 chooses.")
 @_opt("--max-steps-per-s", type=click.FloatRange(min=0, min_open=True), default=None,
       help="Throttle training (demos; sharing a machine).")
 @_opt("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
@@ -92,6 +93,7 @@ def run(**kw: Any) -> None:
 
 
 def _run(chief: bool, **kw: Any) -> None:
+    from ckptsync.checkpoint._placement import check_setting as check_writer_cpus
     from ckptsync.data import DataError
     from ckptsync.errors import CkptsyncError, CkptsyncValueError
     from ckptsync.model_spec import ModelFileError
@@ -102,8 +104,13 @@ def _run(chief: bool, **kw: Any) -> None:
     log_level = kw.pop("log_level")
     setup_logging(log_level if chief else "warning", log_format)
     limit_blas_threads(kw.pop("intra_op_threads"))
+    if kw["save_every_steps"] is not None and kw["save_every_secs"] is not None:
+        fail("--save-every-steps and --save-every-secs are mutually exclusive; pass one.",
+             EXIT_USAGE)
     try:
         opts = TrainerOptions(**kw)
+        if opts.async_save:
+            check_writer_cpus()  # CKPTSYNC_WRITER_CPUS, before any work
     except CkptsyncValueError as e:
         fail(str(e), EXIT_USAGE)
     created_dir = not os.path.isdir(opts.checkpoint_dir)

@@ -52,7 +52,7 @@ def _fake_tree(root: Path, directory: Path, irqs: dict[int, str], partition: boo
 def test_cpu_lists_parse_as_the_kernel_writes_them() -> None:
     assert parse_cpu_list("0-3,8\n") == {0, 1, 2, 3, 8}
     assert parse_cpu_list("5") == {5}
-    for bad in ("a", "3-1", "-1", "1-b"):
+    for bad in ("a", "3-1", "-1", "1-b", "\u0661", "0-100000000"):
         with pytest.raises(CkptsyncValueError, match="not a CPU list"):
             parse_cpu_list(bad)
 
@@ -87,16 +87,21 @@ def test_the_setting_overrides_or_fails_clearly(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     roots = _fake_tree(tmp_path / "t", tmp_path, {35: "1"})
     d = str(tmp_path)
-    monkeypatch.setenv(ENV_VAR, "none")
-    assert writer_cpus(d, frozenset({0, 1}), *roots) is None
-    monkeypatch.setenv(ENV_VAR, "0,2-3")
-    assert writer_cpus(d, frozenset({0, 1, 2}), *roots) == {0, 2}
-    monkeypatch.setenv(ENV_VAR, "7")
-    with pytest.raises(CkptsyncValueError, match=f"{ENV_VAR}='7' names none"):
+    for off in ("none", " NONE "):
+        monkeypatch.setenv(ENV_VAR, off)
+        assert writer_cpus(d, frozenset({0, 1}), *roots) is None
+    monkeypatch.setenv(ENV_VAR, "0")  # taken as is, even outside the owner's CPUs
+    assert writer_cpus(d, frozenset({1}), *roots) == {0}
+    absent = os.cpu_count() or 1
+    monkeypatch.setenv(ENV_VAR, f"0,{absent}")
+    with pytest.raises(CkptsyncValueError,
+                       match=f"{ENV_VAR}='0,{absent}': CPU {absent} does not exist"):
         writer_cpus(d, frozenset({0, 1}), *roots)
-    monkeypatch.setenv(ENV_VAR, "fast")
-    with pytest.raises(CkptsyncValueError, match=f"{ENV_VAR}='fast': expected 'auto'"):
-        writer_cpus(d, frozenset({0, 1}), *roots)
+    for bad in ("fast", "1-0", "-1", "0-", "\u0661", "0-100000000", ","):
+        monkeypatch.setenv(ENV_VAR, bad)
+        with pytest.raises(CkptsyncValueError,
+                           match=f"{ENV_VAR}=.*: expected 'auto', 'none' or a CPU list"):
+            writer_cpus(d, frozenset({0, 1}), *roots)
 
 
 def _save(writer: AsyncCheckpointWriter, tmp_path: Path, step: int) -> None:

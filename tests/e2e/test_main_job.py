@@ -83,3 +83,42 @@ def test_demo_command_exits_zero_with_rising_accuracy(tmp_path):
     first, last = (float(t) for t in line.split("first ")[1].split(" (")[0].split(" -> last "))
     assert last > first and last >= 0.9
     assert "0 failures" in line
+
+
+def _cmdlines_with(text: str) -> list[str]:
+    import os
+
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                line = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in line:
+            found.append(line)
+    return found
+
+
+def test_demo_interrupted_exits_130_and_leaves_nothing(procs):
+    import os
+    import signal
+
+    demo = subprocess.Popen(cli("main", "demo", "--max-steps-per-s", "50"), env=env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    procs.append(demo)
+    assert demo.stdout is not None
+    first = demo.stdout.readline()  # "checkpoints: /tmp/ckptsync-demo-XXXX/ckpts"
+    work = os.path.dirname(first.split("checkpoints: ", 1)[1].strip())
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and "served version" not in demo.stdout.readline():
+        pass  # the table has started: trainer and server run
+    demo.send_signal(signal.SIGINT)
+    out, err = demo.communicate(timeout=60)
+    assert demo.returncode == 130, err
+    assert "ckptsync: interrupted" in err and "Traceback" not in err
+    assert not os.path.exists(work)
+    deadline = time.monotonic() + 10
+    while _cmdlines_with(work) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _cmdlines_with(work) == []

@@ -77,7 +77,8 @@ def test_sigterm_saves_a_final_checkpoint_and_exits_zero(tmp_path):
     (["--model", MODEL, "--checkpoint-dir", "/proc/forbidden/ckpts"], 1,
      "cannot create --checkpoint-dir /proc/forbidden/ckpts"),
     (["--model", MODEL, "--checkpoint-dir", "{d}", "--save-every-steps", "5",
-      "--save-every-secs", "5"], 2, "mutually exclusive"),
+      "--save-every-secs", "5"], 2,
+     "--save-every-steps and --save-every-secs are mutually exclusive"),
     (["--model", MODEL, "--checkpoint-dir", "{d}", "--steps", "0"], 2, "--steps"),
 ])
 def test_bad_input_gives_one_clear_line_and_usage_exit_code(tmp_path, args, code, message):
@@ -89,6 +90,15 @@ def test_bad_input_gives_one_clear_line_and_usage_exit_code(tmp_path, args, code
     assert not list(tmp_path.glob("c/*.h5")), "nothing may be written on bad input"
     if code == 2 and "--steps" not in args and "--save-every-secs" not in args:
         assert not (tmp_path / "c").exists(), "a directory made for a refused run is removed"
+
+
+def test_a_bad_writer_cpus_setting_is_a_usage_error_before_any_step(tmp_path, monkeypatch):
+    monkeypatch.setenv("CKPTSYNC_WRITER_CPUS", "fast")
+    r = run_trainer("--model", MODEL, "--checkpoint-dir", str(tmp_path / "c"), "--async-save",
+                    timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert "CKPTSYNC_WRITER_CPUS='fast': expected 'auto', 'none' or a CPU list" in r.stderr
+    assert "Traceback" not in r.stderr and not list(tmp_path.glob("c/*.h5"))
 
 
 def test_model_file_without_build_net_is_a_usage_error(tmp_path):

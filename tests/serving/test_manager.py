@@ -235,3 +235,24 @@ def test_many_reloads_free_old_snapshots(tmp_path, mlp):
         gc.collect()
         assert sum(r() is not None for r in refs) == 1  # only the one being served
         assert len(manager.status()) <= 4 + 2  # finished versions pruned to 4
+
+
+def test_a_latest_older_than_the_served_version_is_served_with_a_warning(
+        tmp_path, mlp, caplog):
+    # TF1's state file decides what "latest" is: a trainer that starts over in the same
+    # directory (no resume) publishes lower steps, and they are served, but never quietly.
+    publish(tmp_path, 200)
+    with fast_manager(mlp, tmp_path) as manager:
+        wait_until(lambda: manager.version == 200)
+        with caplog.at_level("WARNING", logger="ckptsync.serving.manager"):
+            publish(tmp_path, 50)
+            manager.rescan()
+            wait_until(lambda: manager.version == 50)
+            wait_until(lambda: any("older than version 200" in r.getMessage()
+                                   for r in caplog.records))
+            publish(tmp_path, 60)
+            wait_until(lambda: manager.version == 60)
+            caplog.clear()
+            manager.set_policy(50)  # a rollback the operator asked for: no warning
+            wait_until(lambda: manager.version == 50)
+        assert not any("older than" in r.getMessage() for r in caplog.records)

@@ -33,6 +33,7 @@ Thread-safety: not thread-safe; one owner (thread) calls submit/wait/close.
 from __future__ import annotations
 
 import collections
+import errno
 import logging
 import os
 import socket
@@ -52,7 +53,7 @@ from ..errors import CkptsyncRuntimeError, CkptsyncValueError, UnknownError
 from . import _format
 from ._async_slots import Layout, Slot, signature_of
 from ._ipc import NOT_READY, FrameReader, error_from_reply, send_frame, start_worker, stop_worker
-from ._placement import writer_cpus
+from ._placement import ENV_VAR, writer_cpus
 from .management import remove_evicted
 from .writer import check_global_step, metadata_json
 
@@ -208,7 +209,12 @@ class AsyncCheckpointWriter:
             return
         try:
             os.sched_setaffinity(self._proc.pid, cpus)
-        except OSError as e:  # it died (the send finds out), or the CPUs went offline
+        except OSError as e:
+            if e.errno == errno.EINVAL:  # none of them usable here (offline, cgroup cpuset)
+                self._placed = None
+                raise CkptsyncValueError(
+                    f"Cannot run the checkpoint writer on CPUs {sorted(cpus)}: {e.strerror} "
+                    f"(check {ENV_VAR}).") from None
             logger.debug("Could not pin the checkpoint writer to CPUs %s: %s", sorted(cpus), e)
         else:
             logger.debug("Checkpoint writer (pid %d) pinned to CPUs %s, those of the "

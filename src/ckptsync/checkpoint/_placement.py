@@ -15,7 +15,9 @@ per CPU), directories on no local disk (tmpfs, NFS) and anything that cannot be 
 leave the writer where the scheduler puts it.
 
 ``CKPTSYNC_WRITER_CPUS`` overrides: ``auto`` (the default, as above), ``none`` (never
-pin), or a CPU list such as ``0,2-3`` (taken as is, within the owner's CPUs).
+pin), or a CPU list such as ``0,2-3``, taken as is (it may lie outside the owner's CPUs:
+``taskset -c 0`` for the trainer and ``1`` for its writer). It concerns only the writer
+process of ``Saver(async_save=True)``.
 """
 
 from __future__ import annotations
@@ -25,12 +27,13 @@ import os
 
 from ..errors import CkptsyncValueError
 
-__all__ = ["interrupt_cpus", "parse_cpu_list", "writer_cpus"]
+__all__ = ["check_setting", "interrupt_cpus", "parse_cpu_list", "writer_cpus"]
 
 logger = logging.getLogger(__name__)
 
 ENV_VAR = "CKPTSYNC_WRITER_CPUS"
 _MAX_DEPTH = 8  # device-mapper/md stacking followed through ``slaves/``
+_MAX_CPUS = 1 << 16  # no list of more CPUs is built
 
 
 def parse_cpu_list(text: str) -> frozenset[int]:
@@ -45,16 +48,39 @@ def parse_cpu_list(text: str) -> frozenset[int]:
         if not part:
             continue
         lo, sep, hi = part.partition("-")
-        try:
-            first, last = int(lo), int(hi) if sep else int(lo)
-        except ValueError:
-            raise CkptsyncValueError(
-                f"{text.strip()!r} is not a CPU list; expected e.g. '0,2-3'.") from None
-        if first < 0 or last < first:
-            raise CkptsyncValueError(
-                f"{text.strip()!r} is not a CPU list; expected e.g. '0,2-3'.")
+        if not (lo.isascii() and lo.isdigit() and (not sep or (hi.isascii() and hi.isdigit()))):
+            raise CkptsyncValueError(f"{text.strip()!r} is not a CPU list such as '0,2-3'.")
+        first, last = int(lo), int(hi) if sep else int(lo)
+        if last < first or last >= _MAX_CPUS:
+            raise CkptsyncValueError(f"{text.strip()!r} is not a CPU list such as '0,2-3'.")
         cpus.update(range(first, last + 1))
     return frozenset(cpus)
+
+
+def check_setting() -> frozenset[int] | str:
+    """``CKPTSYNC_WRITER_CPUS`` checked: ``"auto"``, ``"none"`` or the CPUs it lists.
+
+    Raises:
+        CkptsyncValueError: neither ``auto``, ``none`` nor a list of this machine's CPUs
+            (names the variable, the value and what was expected).
+    """
+    setting = os.environ.get(ENV_VAR, "auto").strip().lower() or "auto"
+    if setting in ("auto", "none"):
+        return setting
+    try:
+        cpus = parse_cpu_list(setting)
+    except CkptsyncValueError:
+        cpus = frozenset()
+    if not cpus:
+        raise CkptsyncValueError(
+            f"{ENV_VAR}={setting!r}: expected 'auto', 'none' or a CPU list such as '0,2-3'.")
+    count = os.cpu_count() or 1
+    missing = sorted(c for c in cpus if c >= count)
+    if missing:
+        raise CkptsyncValueError(
+            f"{ENV_VAR}={setting!r}: CPU {missing[0]} does not exist (this machine has CPUs "
+            f"0-{count - 1}).")
+    return cpus
 
 
 def _device_dirs(block_dir: str, sys_root: str, depth: int = 0) -> list[str]:
@@ -133,28 +159,17 @@ def writer_cpus(directory: str, allowed: frozenset[int] | None = None,
         allowed: the owner's CPUs; default ``os.sched_getaffinity(0)``.
 
     Raises:
-        CkptsyncValueError: ``CKPTSYNC_WRITER_CPUS`` is neither ``auto``, ``none`` nor a
-            CPU list, or lists none of the owner's CPUs.
+        CkptsyncValueError: a bad ``CKPTSYNC_WRITER_CPUS`` (see :func:`check_setting`).
     """
     if not hasattr(os, "sched_getaffinity"):
         return None
-    if allowed is None:
-        allowed = frozenset(os.sched_getaffinity(0))
-    setting = os.environ.get(ENV_VAR, "auto").strip().lower() or "auto"
+    setting = check_setting()
     if setting == "none":
         return None
-    if setting != "auto":
-        try:
-            chosen = parse_cpu_list(setting) & allowed
-        except CkptsyncValueError as e:
-            raise CkptsyncValueError(
-                f"{ENV_VAR}={setting!r}: expected 'auto', 'none' or a CPU list such as "
-                f"'0,2-3' ({e})") from None
-        if not chosen:
-            raise CkptsyncValueError(
-                f"{ENV_VAR}={setting!r} names none of this process's CPUs "
-                f"({','.join(map(str, sorted(allowed)))}).")
-        return chosen
+    if not isinstance(setting, str):
+        return setting
+    if allowed is None:
+        allowed = frozenset(os.sched_getaffinity(0))
     found = interrupt_cpus(directory, sys_root, proc_root)
     if found is None:
         return None

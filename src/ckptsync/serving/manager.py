@@ -460,6 +460,14 @@ class ModelManager(_VersionBook):
             snap.load_duration_s * 1e3,
             snap.nbytes,
         )
+        if old is not None and snap.version < old.version and self._policy.pinned is None:
+            # The state file is the source of truth (TF1's latest_checkpoint), so the
+            # latest can go back: a trainer restarted without resuming, a restored backup.
+            logger.warning(
+                "serving version %d, older than version %d which it replaces: the state "
+                "file now names it as the latest (a trainer started over without resuming, "
+                "or the directory was rolled back); pin a version to serve another one",
+                snap.version, old.version)
 
 
 def _describe(policy: VersionPolicy) -> str:
