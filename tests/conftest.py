@@ -13,6 +13,16 @@ import ckptsync as cs
 
 
 @pytest.fixture(autouse=True)
+def _no_ckptsync_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests see no ``CKPTSYNC_*`` settings from the shell that runs them (a test that
+    wants one sets it)."""
+    import os
+
+    for name in [n for n in os.environ if n.startswith("CKPTSYNC_")]:
+        monkeypatch.delenv(name)
+
+
+@pytest.fixture(autouse=True)
 def _fresh_default_graph():
     cs.reset_default_graph()
     yield

@@ -3,17 +3,24 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
+import signal
+import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from ckptsync.checkpoint import _placement
 from ckptsync.checkpoint._async_writer import AsyncCheckpointWriter, StateUpdate
 from ckptsync.checkpoint._placement import (
     ENV_VAR,
     interrupt_cpus,
     parse_cpu_list,
+    pin_process,
     writer_cpus,
 )
 from ckptsync.errors import CkptsyncValueError
@@ -111,21 +118,66 @@ def _save(writer: AsyncCheckpointWriter, tmp_path: Path, step: int) -> None:
     writer.wait()
 
 
+def _threads_cpus(pid: int) -> set[frozenset[int]]:
+    """The CPU sets of every thread of ``pid``."""
+    return {frozenset(os.sched_getaffinity(int(t))) for t in os.listdir(f"/proc/{pid}/task")}
+
+
 def test_the_writer_process_runs_on_the_cpus_chosen_for_its_directory(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(ENV_VAR, raising=False)
-    owner = set(os.sched_getaffinity(0))
+    owner = frozenset(os.sched_getaffinity(0))
     expected = writer_cpus(str(tmp_path))  # this machine's answer for this directory
     with AsyncCheckpointWriter() as writer:
+        assert writer.pid is not None
+        deadline = time.monotonic() + 5  # until its BLAS threads exist (numpy imported)
+        while len(os.listdir(f"/proc/{writer.pid}/task")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
         _save(writer, tmp_path, 1)
         assert writer.pid is not None
-        assert os.sched_getaffinity(writer.pid) == (set(expected) if expected else owner)
+        assert _threads_cpus(writer.pid) == {expected or owner}  # every thread of it
     if len(owner) < 2:
         return
     monkeypatch.setenv(ENV_VAR, str(min(owner)))  # an explicit CPU list
     with AsyncCheckpointWriter() as writer:
         _save(writer, tmp_path, 2)
-        assert writer.pid is not None and os.sched_getaffinity(writer.pid) == {min(owner)}
+        assert writer.pid is not None and _threads_cpus(writer.pid) == {frozenset({min(owner)})}
+        first = writer.pid
+        os.kill(first, signal.SIGKILL)  # dies while idle: the next save starts another
+        deadline = time.monotonic() + 10
+        while os.path.exists(f"/proc/{first}/task") and _is_running(first):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        _save(writer, tmp_path, 3)
+        assert writer.pid not in (None, first)
+        assert _threads_cpus(writer.pid) == {frozenset({min(owner)})}
+        if os.path.isdir("/dev/shm"):  # another directory, chosen again: none pinned
+            monkeypatch.delenv(ENV_VAR)
+            shm = Path(tempfile.mkdtemp(dir="/dev/shm"))
+            try:
+                _save(writer, shm, 4)
+                assert _threads_cpus(writer.pid) == {writer_cpus(str(shm)) or owner}
+            finally:
+                shutil.rmtree(shm)
+
+
+def _is_running(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_unusable_cpus_are_warned_about_once_and_never_fail_a_save(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    # A cgroup's cpuset refusing the CPUs cannot be had here: the kernel's answer is mocked.
+    def refuse(pid: int, cpus: object) -> None:
+        raise OSError(errno.EINVAL, "Invalid argument")
+
+    monkeypatch.setattr(_placement, "_warned", set())
+    monkeypatch.setattr(_placement.os, "sched_setaffinity", refuse)
+    with caplog.at_level("WARNING", logger="ckptsync.checkpoint._placement"):
+        pin_process(os.getpid(), frozenset({0}))
+        pin_process(os.getpid(), frozenset({0}))
+    warnings = [r for r in caplog.records if "Cannot run the checkpoint writer" in r.getMessage()]
+    assert len(warnings) == 1 and ENV_VAR in warnings[0].getMessage()
 
 
 def test_a_bad_setting_fails_the_save_before_anything_is_written(

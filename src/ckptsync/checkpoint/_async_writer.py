@@ -33,7 +33,6 @@ Thread-safety: not thread-safe; one owner (thread) calls submit/wait/close.
 from __future__ import annotations
 
 import collections
-import errno
 import logging
 import os
 import socket
@@ -53,7 +52,7 @@ from ..errors import CkptsyncRuntimeError, CkptsyncValueError, UnknownError
 from . import _format
 from ._async_slots import Layout, Slot, signature_of
 from ._ipc import NOT_READY, FrameReader, error_from_reply, send_frame, start_worker, stop_worker
-from ._placement import ENV_VAR, writer_cpus
+from ._placement import pin_process, writer_cpus
 from .management import remove_evicted
 from .writer import check_global_step, metadata_json
 
@@ -176,8 +175,7 @@ class AsyncCheckpointWriter:
         self._layout_sent = False
         self._queue: collections.deque[_Queued] = collections.deque()
         self._closed = False
-        self._placed: tuple[int, str] | None = None  # (worker pid, directory) pinned for
-        self._cpus_for: dict[str, frozenset[int] | None] = {}
+        self._placed: tuple[int, str] | None = None  # (worker pid, directory) placed
         self.failed_prefix: str | None = None
         # How many submitted saves the last failure lost: the failed one and those queued
         # after it (the last ``failed_count`` submitted before the failure was raised).
@@ -196,29 +194,21 @@ class AsyncCheckpointWriter:
 
     def _place(self, directory: str) -> None:
         """Pins the worker to the CPUs that take ``directory``'s disk interrupts (see
-        ``_placement``), once per worker and directory; failures only logged."""
+        ``_placement``), once per worker and directory.
+
+        Raises:
+            CkptsyncValueError: a bad ``CKPTSYNC_WRITER_CPUS``.
+        """
         assert self._proc is not None
         key = (self._proc.pid, directory)
         if key == self._placed:
             return
-        if directory not in self._cpus_for:
-            self._cpus_for[directory] = writer_cpus(directory)  # may raise: bad setting
-        cpus = self._cpus_for[directory]
+        cpus = writer_cpus(directory)  # may raise: a bad setting
         self._placed = key
-        if cpus is None:
-            return
-        try:
-            os.sched_setaffinity(self._proc.pid, cpus)
-        except OSError as e:
-            if e.errno == errno.EINVAL:  # none of them usable here (offline, cgroup cpuset)
-                self._placed = None
-                raise CkptsyncValueError(
-                    f"Cannot run the checkpoint writer on CPUs {sorted(cpus)}: {e.strerror} "
-                    f"(check {ENV_VAR}).") from None
-            logger.debug("Could not pin the checkpoint writer to CPUs %s: %s", sorted(cpus), e)
-        else:
-            logger.debug("Checkpoint writer (pid %d) pinned to CPUs %s, those of the "
-                         "interrupts of %s's disk.", self._proc.pid, sorted(cpus), directory)
+        pin_process(self._proc.pid, cpus)  # None: back to the owner's CPUs
+        if cpus is not None:
+            logger.debug("Checkpoint writer (pid %d) pinned to CPUs %s for %s.",
+                         self._proc.pid, sorted(cpus), directory)
 
     def _stop(self) -> None:
         if self._finalizer is not None:
@@ -337,6 +327,7 @@ class AsyncCheckpointWriter:
                 self._collect(block=True)  # raises: the queued jobs were lost
             self._stop()
             self._start()
+            self._place(os.path.dirname(prefix))
             try:
                 self._send(slot, index, job)
             except OSError as e:

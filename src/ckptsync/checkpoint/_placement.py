@@ -16,24 +16,31 @@ leave the writer where the scheduler puts it.
 
 ``CKPTSYNC_WRITER_CPUS`` overrides: ``auto`` (the default, as above), ``none`` (never
 pin), or a CPU list such as ``0,2-3``, taken as is (it may lie outside the owner's CPUs:
-``taskset -c 0`` for the trainer and ``1`` for its writer). It concerns only the writer
-process of ``Saver(async_save=True)``.
+``taskset -c 0`` for the trainer and ``1`` for its writer; CPUs the system refuses, e.g.
+outside a cgroup's cpuset, are warned about once and the writer runs unpinned). It
+concerns only the writer process of ``Saver(async_save=True)``. Every thread of the
+writer is pinned (its interpreter has BLAS threads), again whenever a new writer starts
+or the directory changes; a directory whose disk needs no pinning sets the writer back
+to the owner's CPUs.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 
 from ..errors import CkptsyncValueError
 
-__all__ = ["check_setting", "interrupt_cpus", "parse_cpu_list", "writer_cpus"]
+__all__ = ["check_setting", "interrupt_cpus", "parse_cpu_list", "pin_process", "writer_cpus"]
 
 logger = logging.getLogger(__name__)
 
 ENV_VAR = "CKPTSYNC_WRITER_CPUS"
 _MAX_DEPTH = 8  # device-mapper/md stacking followed through ``slaves/``
 _MAX_CPUS = 1 << 16  # no list of more CPUs is built
+_cache: dict[tuple[int, str, str], frozenset[int] | None] = {}  # (st_dev, roots)
+_warned: set[frozenset[int]] = set()
 
 
 def parse_cpu_list(text: str) -> frozenset[int]:
@@ -64,21 +71,23 @@ def check_setting() -> frozenset[int] | str:
         CkptsyncValueError: neither ``auto``, ``none`` nor a list of this machine's CPUs
             (names the variable, the value and what was expected).
     """
-    setting = os.environ.get(ENV_VAR, "auto").strip().lower() or "auto"
+    raw = os.environ.get(ENV_VAR, "auto")
+    setting = raw.strip().lower() or "auto"
     if setting in ("auto", "none"):
         return setting
+    shown = repr(raw if len(raw) <= 40 else raw[:37] + "...")
     try:
         cpus = parse_cpu_list(setting)
     except CkptsyncValueError:
         cpus = frozenset()
     if not cpus:
         raise CkptsyncValueError(
-            f"{ENV_VAR}={setting!r}: expected 'auto', 'none' or a CPU list such as '0,2-3'.")
+            f"{ENV_VAR}={shown}: expected 'auto', 'none' or a CPU list such as '0,2-3'.")
     count = os.cpu_count() or 1
     missing = sorted(c for c in cpus if c >= count)
     if missing:
         raise CkptsyncValueError(
-            f"{ENV_VAR}={setting!r}: CPU {missing[0]} does not exist (this machine has CPUs "
+            f"{ENV_VAR}={shown}: CPU {missing[0]} does not exist (this machine has CPUs "
             f"0-{count - 1}).")
     return cpus
 
@@ -170,8 +179,44 @@ def writer_cpus(directory: str, allowed: frozenset[int] | None = None,
         return setting
     if allowed is None:
         allowed = frozenset(os.sched_getaffinity(0))
-    found = interrupt_cpus(directory, sys_root, proc_root)
+    try:
+        key = (os.stat(directory).st_dev, sys_root, proc_root)
+    except OSError:
+        return None
+    if key not in _cache:  # one disk's interrupts do not move often: read sysfs once
+        _cache[key] = interrupt_cpus(directory, sys_root, proc_root)
+    found = _cache[key]
     if found is None:
         return None
     chosen = found & allowed
     return chosen if chosen and chosen != allowed else None
+
+
+def pin_process(pid: int, cpus: frozenset[int] | None) -> None:
+    """Sets the CPUs of every thread of process ``pid`` (``sched_setaffinity`` acts on one
+    thread; the writer's interpreter has BLAS threads too) to ``cpus``, or back to this
+    process's own CPUs for None.
+
+    Never raises: CPUs that cannot be used here (offline, outside the cgroup's cpuset) are
+    warned about once and the process is left where it was; a process or thread that has
+    ended is skipped (the writer's owner finds a dead writer by its socket).
+    """
+    target = frozenset(os.sched_getaffinity(0)) if cpus is None else cpus
+    try:
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task") if t.isdigit()]
+    except OSError:
+        tids = [pid]
+    for tid in tids:
+        try:
+            os.sched_setaffinity(tid, target)
+        except ProcessLookupError:
+            continue
+        except OSError as e:
+            if e.errno == errno.EINVAL and target not in _warned:
+                _warned.add(target)
+                logger.warning("Cannot run the checkpoint writer on CPUs %s (%s); it runs "
+                               "where the scheduler puts it. Check %s.",
+                               ",".join(map(str, sorted(target))), e.strerror, ENV_VAR)
+            elif e.errno != errno.EINVAL:
+                logger.debug("Could not set the CPUs of thread %d: %s", tid, e)
+            return
