@@ -95,7 +95,8 @@ def _cpu_list(cpus: frozenset[int]) -> str:
 
 def _share(counts: collections.Counter[int]) -> str:
     total = sum(counts.values()) or 1
-    return " ".join(f"{cpu}: {100 * n // total}%" for cpu, n in sorted(counts.items()))
+    return " ".join(f"{cpu}: {100 * n // total}%" if 100 * n >= total else f"{cpu}: <1%"
+                    for cpu, n in sorted(counts.items()))
 
 
 if __name__ == "__main__":
