@@ -106,25 +106,27 @@ def demo(steps: int, save_every_steps: int, max_steps_per_s: float, interval_s: 
     if checkpoint_dir is not None and os.path.isdir(checkpoint_dir) and os.listdir(checkpoint_dir):
         raise click.UsageError(f"--checkpoint-dir {checkpoint_dir} is not empty; the demo needs a "
                                "fresh directory.")
-    work = tempfile.mkdtemp(prefix="ckptsync-demo-")
-    ckpt_dir = checkpoint_dir or os.path.join(work, "ckpts")
-    os.makedirs(ckpt_dir, exist_ok=True)
-    port_file = os.path.join(work, "port")
-    model = _model_file()
-    test = load_digits().test
-    x, y = test["x"], test["y"]
-    body = {"instances": x.tolist()}
-    click.echo(f"checkpoints: {ckpt_dir}\nmodel: {model}\nheld-out digits: {len(y)}")
-
     server: subprocess.Popen[Any] | None = None
     trainer: subprocess.Popen[Any] | None = None
-    server_log = open(os.path.join(work, "server.log"), "w")
-    trainer_log = open(os.path.join(work, "trainer.log"), "w")
     watch = _TrainerWatch()
     failures: list[str] = []
     accs: list[float] = []
     ok = interrupted = False
+    work = tempfile.mkdtemp(prefix="ckptsync-demo-")
+    logs: list[Any] = []
     try:
+        ckpt_dir = checkpoint_dir or os.path.join(work, "ckpts")
+        os.makedirs(ckpt_dir, exist_ok=True)
+        port_file = os.path.join(work, "port")
+        model = _model_file()
+        test = load_digits().test
+        x, y = test["x"], test["y"]
+        body = {"instances": x.tolist()}
+        click.echo(f"checkpoints: {ckpt_dir}\nmodel: {model}\nheld-out digits: {len(y)}")
+        server_log = open(os.path.join(work, "server.log"), "w")
+        logs.append(server_log)
+        trainer_log = open(os.path.join(work, "trainer.log"), "w")
+        logs.append(trainer_log)
         server = subprocess.Popen(
             [sys.executable, "-m", "ckptsync.cli.infer", "serve", "--model", model,
              "--checkpoint-dir", ckpt_dir, "--device", "cpu:1", "--port", "0",
@@ -201,12 +203,17 @@ def demo(steps: int, save_every_steps: int, max_steps_per_s: float, interval_s: 
         interrupted = True
         raise
     finally:
-        _stop(trainer)
-        _stop(server)
-        server_log.close()
-        trainer_log.close()
-        if keep or not (ok or interrupted):
-            click.echo(f"logs kept in {work}", err=not ok)
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+        # A second Ctrl-C must not cut the clean-up short (each stop is bounded).
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            _stop(trainer)
+            _stop(server)
+            for f in logs:
+                f.close()
+            if keep or not (ok or interrupted):
+                click.echo(f"logs kept in {work}", err=not ok)
+            else:
+                shutil.rmtree(work, ignore_errors=True)
+        finally:
+            signal.signal(signal.SIGINT, previous)
     sys.exit(0 if ok else 1)

@@ -105,7 +105,8 @@ def _run(chief: bool, **kw: Any) -> None:
     setup_logging(log_level if chief else "warning", log_format)
     limit_blas_threads(kw.pop("intra_op_threads"))
     if kw["save_every_steps"] is not None and kw["save_every_secs"] is not None:
-        fail("--save-every-steps and --save-every-secs are mutually exclusive; pass one.",
+        fail("--save-every-steps and --save-every-secs are mutually exclusive; pass one "
+             "(they may also come from CKPTSYNC_SAVE_EVERY_STEPS / CKPTSYNC_SAVE_EVERY_SECS).",
              EXIT_USAGE)
     try:
         opts = TrainerOptions(**kw)

@@ -225,3 +225,44 @@ def test_reading_a_reply_does_not_wake_the_idle_worker(tmp_path: Path) -> None:
         writer.wait()  # reads the reply
         time.sleep(0.1)
         assert _voluntary_switches(writer.pid) == before
+
+
+_CTRL_C_SCRIPT = """
+import signal, sys
+import numpy as np
+signal.signal(signal.SIGINT, lambda *a: None)  # this process survives its Ctrl-C
+from ckptsync.checkpoint._async_writer import AsyncCheckpointWriter
+w = AsyncCheckpointWriter()
+w.submit(sys.argv[1], {"w": np.ones(3)}, global_step=1)  # queued while it imports
+print("started", flush=True)
+sys.stdin.readline()  # the Ctrl-C has been sent to the whole group
+w.close()
+print("saved", flush=True)
+"""
+
+
+def test_a_ctrl_c_to_the_terminals_group_does_not_reach_the_starting_writer(
+        tmp_path: Path) -> None:
+    # A terminal sends Ctrl-C to its whole foreground process group; the writer has a
+    # group of its own, so even one still importing (not yet ignoring SIGINT) survives.
+    import signal
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-c", _CTRL_C_SCRIPT, str(tmp_path / "m-1")],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert p.stdout is not None and p.stdin is not None
+        assert p.stdout.readline().strip() == "started"
+        os.killpg(p.pid, signal.SIGINT)
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0, err
+    assert "saved" in out and "KeyboardInterrupt" not in err
+    assert (tmp_path / "m-1.h5").exists()

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,36 @@ def cli(module: str, *args: str) -> list[str]:
 def mpiexec(n: int, *cmd: str) -> list[str]:
     assert MPIEXEC is not None
     return [MPIEXEC, "-n", str(n), *cmd]
+
+
+def _mapped_files() -> set[str]:
+    """Every file some process has mapped (from /proc/*/maps)."""
+    mapped: set[str] = set()
+    for d in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{d}/maps") as f:
+                mapped.update(line.split(None, 5)[5].strip() for line in f
+                              if line.count(" ") >= 5 and "/dev/shm/" in line)
+        except (OSError, IndexError):
+            continue
+    return mapped
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_mpich_segments() -> Iterator[None]:
+    """MPICH leaves its shared-memory segment in /dev/shm when a job ends by MPI_Abort
+    (every failing rank of these tests does): remove the ones this test's jobs left."""
+    shm = Path("/dev/shm")
+    before = set(shm.glob("mpich_shm_*")) if shm.is_dir() else set()
+    yield
+    if not shm.is_dir():
+        return
+    new = set(shm.glob("mpich_shm_*")) - before
+    if new:
+        in_use = _mapped_files()
+        for path in new:
+            if str(path) not in in_use:
+                path.unlink(missing_ok=True)
 
 
 def run_mpi(argv: list[str], timeout_s: float = 120,

@@ -8,6 +8,7 @@ import time
 
 import httpx
 import numpy as np
+import pytest
 
 from ckptsync import checkpoint as ckpt
 from ckptsync.data import load_digits
@@ -100,7 +101,8 @@ def _cmdlines_with(text: str) -> list[str]:
     return found
 
 
-def test_demo_interrupted_exits_130_and_leaves_nothing(procs):
+@pytest.mark.parametrize("when", ["starting", "running"])
+def test_demo_interrupted_exits_130_and_leaves_nothing(procs, when):
     import os
     import signal
 
@@ -111,7 +113,8 @@ def test_demo_interrupted_exits_130_and_leaves_nothing(procs):
     first = demo.stdout.readline()  # "checkpoints: /tmp/ckptsync-demo-XXXX/ckpts"
     work = os.path.dirname(first.split("checkpoints: ", 1)[1].strip())
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and "served version" not in demo.stdout.readline():
+    while (when == "running" and time.monotonic() < deadline
+           and "served version" not in demo.stdout.readline()):
         pass  # the table has started: trainer and server run
     demo.send_signal(signal.SIGINT)
     out, err = demo.communicate(timeout=60)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -256,3 +257,41 @@ def test_a_latest_older_than_the_served_version_is_served_with_a_warning(
             manager.set_policy(50)  # a rollback the operator asked for: no warning
             wait_until(lambda: manager.version == 50)
         assert not any("older than" in r.getMessage() for r in caplog.records)
+
+
+def test_the_going_back_warning_follows_the_policy_the_load_was_chosen_under(
+        tmp_path, mlp, caplog, monkeypatch):
+    publish(tmp_path, 50)
+    publish(tmp_path, 200)
+    slow = threading.Event()
+    real = manager_module.load_snapshot
+
+    def load(prefix, *a, **k):
+        if slow.is_set() and prefix.endswith("-50"):
+            time.sleep(1.0)  # the operator unpins while the pinned load runs
+        return real(prefix, *a, **k)
+
+    monkeypatch.setattr(manager_module, "load_snapshot", load)
+    with fast_manager(mlp, tmp_path) as manager:
+        wait_until(lambda: manager.version == 200)
+        slow.set()
+        with caplog.at_level("WARNING", logger="ckptsync.serving.manager"):
+            manager.set_policy(50)
+            time.sleep(0.3)
+            manager.set_policy("latest")
+            time.sleep(1.0)  # the pinned load ends, and is swapped in, or not
+            wait_until(lambda: manager.version == 200)
+            wait_until(lambda: manager.status(50)[0]["state"] != "LOADING")
+        assert not any("older than" in r.getMessage() for r in caplog.records)
+
+
+def test_the_going_back_warning_also_with_free_before_load(tmp_path, mlp, caplog):
+    publish(tmp_path, 200)
+    with fast_manager(mlp, tmp_path, free_before_load=True) as manager:
+        wait_until(lambda: manager.version == 200)
+        with caplog.at_level("WARNING", logger="ckptsync.serving.manager"):
+            publish(tmp_path, 50)
+            manager.rescan()
+            wait_until(lambda: manager.version == 50)
+            wait_until(lambda: any("older than version 200" in r.getMessage()
+                                   for r in caplog.records))

@@ -205,8 +205,8 @@ class AsyncCheckpointWriter:
             return
         cpus = writer_cpus(directory)  # may raise: a bad setting
         self._placed = key
-        pin_process(self._proc.pid, cpus)  # None: back to the owner's CPUs
-        if cpus is not None:
+        pinned = pin_process(self._proc.pid, cpus)  # None: back to the owner's CPUs
+        if cpus is not None and pinned:
             logger.debug("Checkpoint writer (pid %d) pinned to CPUs %s for %s.",
                          self._proc.pid, sorted(cpus), directory)
 

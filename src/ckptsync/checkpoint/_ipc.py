@@ -169,11 +169,15 @@ class FrameReader:
 def start_worker(command: list[str]) -> tuple[subprocess.Popen[bytes], socket.socket]:
     """Starts ``command + [fd]``, a worker process holding one end of a new Unix socket
     pair (fd number appended to its command line); returns it and this side's end.
-    Raises OSError."""
+
+    The worker gets a session (and process group) of its own, so that a terminal's Ctrl-C,
+    sent to the whole foreground group, never reaches it, not even while it is still
+    importing (before it can ignore SIGINT): the owner decides when it ends, by closing
+    the socket. Raises OSError."""
     parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         proc = subprocess.Popen([*command, str(child.fileno())], pass_fds=[child.fileno()],
-                                stdin=subprocess.DEVNULL)
+                                stdin=subprocess.DEVNULL, start_new_session=True)
     except BaseException:
         parent.close()
         raise

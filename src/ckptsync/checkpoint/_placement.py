@@ -83,13 +83,36 @@ def check_setting() -> frozenset[int] | str:
     if not cpus:
         raise CkptsyncValueError(
             f"{ENV_VAR}={shown}: expected 'auto', 'none' or a CPU list such as '0,2-3'.")
-    count = os.cpu_count() or 1
-    missing = sorted(c for c in cpus if c >= count)
+    present = _present_cpus()
+    missing = sorted(cpus - present)
     if missing:
         raise CkptsyncValueError(
             f"{ENV_VAR}={shown}: CPU {missing[0]} does not exist (this machine has CPUs "
-            f"0-{count - 1}).")
+            f"{_cpu_list_text(present)}).")
     return cpus
+
+
+def _present_cpus() -> frozenset[int]:
+    """The CPUs this machine has (``/sys/devices/system/cpu/present``; else by count)."""
+    try:
+        with open("/sys/devices/system/cpu/present") as f:
+            return parse_cpu_list(f.read())
+    except (OSError, CkptsyncValueError):
+        return frozenset(range(os.cpu_count() or 1))
+
+
+def _cpu_list_text(cpus: frozenset[int]) -> str:
+    """``{0, 1, 2, 5}`` as ``"0-2,5"``."""
+    out: list[str] = []
+    run: list[int] = []
+    for c in sorted(cpus):
+        if run and c != run[-1] + 1:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+            run = []
+        run.append(c)
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(out)
 
 
 def _device_dirs(block_dir: str, sys_root: str, depth: int = 0) -> list[str]:
@@ -192,31 +215,39 @@ def writer_cpus(directory: str, allowed: frozenset[int] | None = None,
     return chosen if chosen and chosen != allowed else None
 
 
-def pin_process(pid: int, cpus: frozenset[int] | None) -> None:
+def pin_process(pid: int, cpus: frozenset[int] | None) -> bool:
     """Sets the CPUs of every thread of process ``pid`` (``sched_setaffinity`` acts on one
-    thread; the writer's interpreter has BLAS threads too) to ``cpus``, or back to this
-    process's own CPUs for None.
+    thread; the writer's interpreter has BLAS threads too, perhaps still being started)
+    to ``cpus``, or back to this process's own CPUs for None.
 
-    Never raises: CPUs that cannot be used here (offline, outside the cgroup's cpuset) are
-    warned about once and the process is left where it was; a process or thread that has
-    ended is skipped (the writer's owner finds a dead writer by its socket).
+    Returns:
+        True when every thread was set. Never raises: CPUs that cannot be used here
+        (offline, outside the cgroup's cpuset) are warned about once and the process is
+        left where it was; a process or thread that has ended is skipped (the writer's
+        owner finds a dead writer by its socket).
     """
     target = frozenset(os.sched_getaffinity(0)) if cpus is None else cpus
-    try:
-        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task") if t.isdigit()]
-    except OSError:
-        tids = [pid]
-    for tid in tids:
+    done: set[int] = set()
+    for _ in range(_MAX_DEPTH):  # again while new threads appear
         try:
-            os.sched_setaffinity(tid, target)
-        except ProcessLookupError:
-            continue
-        except OSError as e:
-            if e.errno == errno.EINVAL and target not in _warned:
-                _warned.add(target)
-                logger.warning("Cannot run the checkpoint writer on CPUs %s (%s); it runs "
-                               "where the scheduler puts it. Check %s.",
-                               ",".join(map(str, sorted(target))), e.strerror, ENV_VAR)
-            elif e.errno != errno.EINVAL:
-                logger.debug("Could not set the CPUs of thread %d: %s", tid, e)
-            return
+            tids = {int(t) for t in os.listdir(f"/proc/{pid}/task") if t.isdigit()} - done
+        except OSError:
+            tids = set() if done else {pid}
+        if not tids:
+            return True
+        for tid in sorted(tids):
+            try:
+                os.sched_setaffinity(tid, target)
+            except ProcessLookupError:
+                pass
+            except OSError as e:
+                if e.errno == errno.EINVAL and target not in _warned:
+                    _warned.add(target)
+                    logger.warning("Cannot run the checkpoint writer on CPUs %s (%s); it runs "
+                                   "where the scheduler puts it. Check %s.",
+                                   ",".join(map(str, sorted(target))), e.strerror, ENV_VAR)
+                elif e.errno != errno.EINVAL:
+                    logger.debug("Could not set the CPUs of thread %d: %s", tid, e)
+                return False
+            done.add(tid)
+    return True

@@ -146,6 +146,7 @@ class ModelManager(_VersionBook):
         self._poll = poll
         self._cond = threading.Condition(threading.RLock())
         self._current: Snapshot | None = None
+        self._last_served: int | None = None  # kept by free_before_load, unlike _current
         self._listing = AspiredVersions(None, ())
         self._records: dict[int, _Record] = {}
         self._stats = ManagerStats()
@@ -398,14 +399,15 @@ class ModelManager(_VersionBook):
                         target.version, target.prefix, VersionState.LOADING
                     )
                 rec.state = VersionState.LOADING
-                gated = self._gate is not None and self._policy.pinned is None
+                following_latest = self._policy.pinned is None  # as the target was chosen
+                gated = self._gate is not None and following_latest
             try:
                 if self._free_before_load:
                     self._retire_current(keep=target)
                 self._wait_for_old_snapshots()
                 with self._cond:
                     self._loading = (rec, time.monotonic())
-                self._load(target, rec, gated)
+                self._load(target, rec, gated, following_latest)
             except Exception:  # a bug here must not kill the thread that does the swaps
                 logger.exception("unexpected error loading %s", target.prefix)
                 with self._cond:
@@ -414,7 +416,8 @@ class ModelManager(_VersionBook):
                 with self._cond:
                     self._loading, self._stuck = None, False
 
-    def _load(self, target: AspiredVersion, rec: _Record, gated: bool) -> None:
+    def _load(self, target: AspiredVersion, rec: _Record, gated: bool,
+              following_latest: bool) -> None:
         logger.info("loading version %d from %s", target.version, target.prefix)
         try:
             snap = load_snapshot(
@@ -443,6 +446,9 @@ class ModelManager(_VersionBook):
             if self._stop:  # closed while loading: serve nothing new
                 return
             old, self._current = self._current, snap  # the swap
+            previous, self._last_served = self._last_served, snap.version
+            went_back = (following_latest and self._policy.pinned is None
+                         and previous is not None and snap.version < previous)
             rec.state, rec.error_code, rec.error_message = VersionState.AVAILABLE, 0, ""
             rec.failures, rec.retry_at_s = 0, 0.0
             self._seq += 1
@@ -460,14 +466,14 @@ class ModelManager(_VersionBook):
             snap.load_duration_s * 1e3,
             snap.nbytes,
         )
-        if old is not None and snap.version < old.version and self._policy.pinned is None:
+        if went_back:
             # The state file is the source of truth (TF1's latest_checkpoint), so the
             # latest can go back: a trainer restarted without resuming, a restored backup.
             logger.warning(
                 "serving version %d, older than version %d which it replaces: the state "
                 "file now names it as the latest (a trainer started over without resuming, "
                 "or the directory was rolled back); pin a version to serve another one",
-                snap.version, old.version)
+                snap.version, previous)
 
 
 def _describe(policy: VersionPolicy) -> str:

@@ -300,7 +300,9 @@ def run_training(opts: TrainerOptions, on_progress: Callable[[Progress], None] |
         if restored_meta is not None:
             iterator.restore(restored_meta)
         evaluate = _make_evaluator(spec, data.test)
-        saver = _FiniteSaver(max_to_keep=opts.max_to_keep, async_save=opts.async_save)
+        # Only the chief saves: other ranks start no writer process.
+        saver = _FiniteSaver(max_to_keep=opts.max_to_keep,
+                             async_save=opts.async_save and par.is_chief)
         graph.add_to_collection(GraphKeys.SAVERS, saver)
         scaffold = Scaffold(saver=saver)
         saver_hook = CheckpointSaverHook(
