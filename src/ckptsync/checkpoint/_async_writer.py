@@ -148,7 +148,10 @@ class AsyncCheckpointWriter:
     now and then does not stall a trainer that saves often, while a large model keeps
     one copy.
 
-    The worker starts in the constructor (it imports in parallel with the caller's work).
+    The worker starts in the constructor (it imports in parallel with the caller's work),
+    in a session of its own (a terminal's Ctrl-C does not reach it). At a save into a new
+    directory it is pinned to the CPUs of that disk's interrupts, where that leaves some
+    of the caller's CPUs free of them (``_placement``; ``CKPTSYNC_WRITER_CPUS``).
 
     Args:
         max_in_flight: the most saves queued at once (>= 1); None for the default.
