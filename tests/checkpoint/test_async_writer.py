@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,8 @@ import pytest
 from ckptsync.checkpoint import get_checkpoint_state, read_checkpoint
 from ckptsync.checkpoint._async_writer import AsyncCheckpointWriter, StateUpdate
 from ckptsync.errors import CkptsyncRuntimeError, CkptsyncTypeError, InvalidArgumentError
+
+from .conftest import voluntary_switches
 
 
 def _arrays(scale: int) -> dict[str, np.ndarray]:
@@ -194,14 +197,6 @@ def test_layout_fits_what_a_saver_hands_in():
     assert not layout.fits({"w": np.ones((2, 3), np.float32)})
 
 
-def _voluntary_switches(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("voluntary_ctxt_switches:"):
-                return int(line.split()[1])
-    raise AssertionError("no voluntary_ctxt_switches")
-
-
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs procfs")
 def test_reading_a_reply_does_not_wake_the_idle_worker(tmp_path: Path) -> None:
     # A process asleep in recv() on a Unix socket is woken whenever its peer reads what
@@ -217,14 +212,14 @@ def test_reading_a_reply_does_not_wake_the_idle_worker(tmp_path: Path) -> None:
         assert select.select([sock], [], [], 10.0)[0], "no reply within 10 s"
         before, deadline = -1, time.monotonic() + 10.0
         while time.monotonic() < deadline:  # until the worker is asleep and stays so
-            now = _voluntary_switches(writer.pid)
+            now = voluntary_switches(writer.pid)
             if now == before:
                 break
             before = now
             time.sleep(0.05)
         writer.wait()  # reads the reply
         time.sleep(0.1)
-        assert _voluntary_switches(writer.pid) == before
+        assert voluntary_switches(writer.pid) == before
 
 
 _CTRL_C_SCRIPT = """
@@ -242,27 +237,22 @@ print("saved", flush=True)
 
 
 def test_a_ctrl_c_to_the_terminals_group_does_not_reach_the_starting_writer(
-        tmp_path: Path) -> None:
+        tmp_path: Path, procs: list[subprocess.Popen]) -> None:
     # A terminal sends Ctrl-C to its whole foreground process group; the writer has a
     # group of its own, so even one still importing (not yet ignoring SIGINT) survives.
     import signal
-    import subprocess
     import sys
 
     p = subprocess.Popen([sys.executable, "-c", _CTRL_C_SCRIPT, str(tmp_path / "m-1")],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        assert p.stdout is not None and p.stdin is not None
-        assert p.stdout.readline().strip() == "started"
-        os.killpg(p.pid, signal.SIGINT)
-        p.stdin.write("go\n")
-        p.stdin.flush()
-        out, err = p.communicate(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+    procs.append(p)
+    assert p.stdout is not None and p.stdin is not None
+    assert p.stdout.readline().strip() == "started"
+    os.killpg(p.pid, signal.SIGINT)
+    p.stdin.write("go\n")
+    p.stdin.flush()
+    out, err = p.communicate(timeout=60)
     assert p.returncode == 0, err
     assert "saved" in out and "KeyboardInterrupt" not in err
     assert (tmp_path / "m-1.h5").exists()

@@ -17,6 +17,8 @@ from ckptsync.checkpoint import _read_process, read_checkpoint, write_checkpoint
 from ckptsync.checkpoint._read_process import CheckpointReadProcess
 from ckptsync.errors import CkptsyncRuntimeError, DataLossError, NotFoundError
 
+from .conftest import voluntary_switches
+
 ARRAYS = {
     "dense0/w": np.arange(12, dtype=np.float32).reshape(3, 4),
     "dense0/w/Adam": np.ones((3, 4), np.float32),
@@ -159,14 +161,6 @@ def test_check_replaces_a_dead_idle_worker_and_never_raises(
         np.testing.assert_array_equal(reader.read(prefix, ["w"])["w"], np.arange(4))
 
 
-def _voluntary_switches(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("voluntary_ctxt_switches:"):
-                return int(line.split()[1])
-    raise AssertionError("no voluntary_ctxt_switches")
-
-
 def test_reading_a_reply_does_not_wake_the_idle_worker(
         tmp_path: Path, reader: CheckpointReadProcess) -> None:
     # The worker sleeps once per request. Asleep in recv() it would also be woken each
@@ -176,8 +170,8 @@ def test_reading_a_reply_does_not_wake_the_idle_worker(
     time.sleep(0.2)
     assert reader._proc is not None
     pid, reads = reader._proc.pid, 20
-    before = _voluntary_switches(pid)
+    before = voluntary_switches(pid)
     for _ in range(reads):
         reader.read(prefix, ["step"])
         time.sleep(0.02)  # the worker is asleep before the next request
-    assert _voluntary_switches(pid) - before <= reads + reads // 5
+    assert voluntary_switches(pid) - before <= reads + reads // 5

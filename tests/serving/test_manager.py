@@ -238,12 +238,13 @@ def test_many_reloads_free_old_snapshots(tmp_path, mlp):
         assert len(manager.status()) <= 4 + 2  # finished versions pruned to 4
 
 
+@pytest.mark.parametrize("free_before_load", [False, True])
 def test_a_latest_older_than_the_served_version_is_served_with_a_warning(
-        tmp_path, mlp, caplog):
+        tmp_path, mlp, caplog, free_before_load):
     # TF1's state file decides what "latest" is: a trainer that starts over in the same
     # directory (no resume) publishes lower steps, and they are served, but never quietly.
     publish(tmp_path, 200)
-    with fast_manager(mlp, tmp_path) as manager:
+    with fast_manager(mlp, tmp_path, free_before_load=free_before_load) as manager:
         wait_until(lambda: manager.version == 200)
         with caplog.at_level("WARNING", logger="ckptsync.serving.manager"):
             publish(tmp_path, 50)
@@ -284,14 +285,3 @@ def test_the_going_back_warning_follows_the_policy_the_load_was_chosen_under(
             wait_until(lambda: manager.status(50)[0]["state"] != "LOADING")
         assert not any("older than" in r.getMessage() for r in caplog.records)
 
-
-def test_the_going_back_warning_also_with_free_before_load(tmp_path, mlp, caplog):
-    publish(tmp_path, 200)
-    with fast_manager(mlp, tmp_path, free_before_load=True) as manager:
-        wait_until(lambda: manager.version == 200)
-        with caplog.at_level("WARNING", logger="ckptsync.serving.manager"):
-            publish(tmp_path, 50)
-            manager.rescan()
-            wait_until(lambda: manager.version == 50)
-            wait_until(lambda: any("older than version 200" in r.getMessage()
-                                   for r in caplog.records))

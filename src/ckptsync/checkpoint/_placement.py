@@ -115,7 +115,7 @@ def _cpu_list_text(cpus: frozenset[int]) -> str:
     return ",".join(out)
 
 
-def _device_dirs(block_dir: str, sys_root: str, depth: int = 0) -> list[str]:
+def _device_dirs(block_dir: str, depth: int = 0) -> list[str]:
     """The sysfs directories of the disks behind block device ``block_dir``: its own (a
     partition's parent disk) or, for device-mapper/md, those of its ``slaves``."""
     if os.path.exists(os.path.join(block_dir, "partition")):
@@ -126,7 +126,7 @@ def _device_dirs(block_dir: str, sys_root: str, depth: int = 0) -> list[str]:
         return [block_dir]
     out: list[str] = []
     for name in names:
-        out += _device_dirs(os.path.realpath(os.path.join(slaves, name)), sys_root, depth + 1)
+        out += _device_dirs(os.path.realpath(os.path.join(slaves, name)), depth + 1)
     return out
 
 
@@ -163,7 +163,7 @@ def interrupt_cpus(directory: str, sys_root: str = "/sys",
         if not os.path.exists(block):
             return None
         cpus: set[int] = set()
-        for disk in _device_dirs(os.path.realpath(block), sys_root):
+        for disk in _device_dirs(os.path.realpath(block)):
             irqs = _irqs_of(disk, sys_root)
             if not irqs:
                 return None  # one disk of several unknown: all of them are
