@@ -1,0 +1,2 @@
+"""The ``trainer run`` application, above ``train`` and ``distributed`` (see
+docs/architecture.md)."""
