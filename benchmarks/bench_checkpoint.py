@@ -78,7 +78,7 @@ def main() -> None:
         init = cs.global_variables_initializer()
     sess = cs.Session(graph=g)
     sess.run(init)
-    sess._write_variables({v.op.name: values[v.op.name] for v in variables})
+    sess.write_variables({v.op.name: values[v.op.name] for v in variables})
     with g.as_default():
         saver = cs.train.Saver(max_to_keep=None)
         async_saver = cs.train.Saver(max_to_keep=None, async_save=True)

@@ -16,6 +16,8 @@ Example:
     6.0
 """
 
+import importlib
+
 from . import dtypes, errors, nn  # noqa: F401
 from .device import DeviceSpec  # noqa: F401
 from .dtypes import (  # noqa: F401
@@ -141,8 +143,6 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str):  # lazy subpackages that sit above the runtime
-    import importlib
-
     if name in ("train", "checkpoint", "serving", "distributed", "data"):
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'ckptsync' has no attribute {name!r}")

@@ -14,9 +14,9 @@ import numpy as np
 
 from .errors import CkptsyncTypeError, CkptsyncValueError
 from .graph import Operation, Tensor
-from .ops._registry import get_op_def
 from .ops.array_ops import constant, convert_to_tensor, ones_like
 from .ops.math_ops import add_n
+from .ops.registry import get_op_def
 
 __all__ = ["gradients"]
 

@@ -23,12 +23,15 @@ import contextlib
 import re
 import threading
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import dtypes as _dtypes
 from .device import DeviceSpec, canonical_device
 from .errors import CkptsyncRuntimeError, CkptsyncTypeError, CkptsyncValueError
 from .tensor import Operation, Tensor
+
+if TYPE_CHECKING:  # typing only: the session package is built on this module
+    from .session import Session
 
 __all__ = [
     "Graph",
@@ -40,6 +43,8 @@ __all__ = [
     "name_scope",
     "device",
     "control_dependencies",
+    "default_session",
+    "get_default_session",
 ]
 
 _VALID_OP_NAME = re.compile(r"^[A-Za-z0-9.][A-Za-z0-9_.\-/]*$")
@@ -386,6 +391,41 @@ def reset_default_graph() -> None:
             "graph, exit the nesting and create a new graph."
         )
     _GLOBAL_DEFAULT.clear()
+
+
+# --------------------------------------------------------------------- default session
+# Beside the default graph, as TF's ``ops.py``: ``Session.as_default`` pushes here, and
+# ``Tensor.eval``/``Operation.run`` read it, without importing the session package.
+_SESSIONS = threading.local()
+
+
+def _session_stack() -> list[Session]:
+    stack = getattr(_SESSIONS, "stack", None)
+    if stack is None:
+        stack = _SESSIONS.stack = []
+    return stack
+
+
+@contextlib.contextmanager
+def default_session(session: Session) -> Iterator[Session]:
+    """Makes ``session`` this thread's default session in the ``with`` block (not its
+    graph the default graph: ``Session.as_default`` does both), as TF's
+    ``ops.default_session``.
+
+    Thread-safety: the stack is per thread.
+    """
+    stack = _session_stack()
+    stack.append(session)
+    try:
+        yield session
+    finally:
+        stack.pop()
+
+
+def get_default_session() -> Session | None:
+    """The innermost ``with sess.as_default()`` session in this thread, or None."""
+    s = _session_stack()
+    return s[-1] if s else None
 
 
 def name_scope(name: str | None, default_name: str | None = None, values: Any = None) -> Any:

@@ -3,14 +3,16 @@
 An :class:`Operation` is a node of a :class:`~ckptsync.graph.Graph`; it produces
 :class:`Tensor` outputs named ``"<op name>:<index>"``. Tensors carry a dtype and a static
 :class:`~ckptsync.tensor_shape.TensorShape`, and overload Python's operators with graph
-ops (``a + b`` adds an ``AddV2`` op). Nothing is computed here.
+ops (``a + b`` adds an ``AddV2`` op): :mod:`ckptsync.ops.math_ops` installs them with
+:meth:`Tensor.override_operator` when it is imported, as TF's ``math_ops`` does, since
+this module sits below the ops. Nothing is computed here.
 
 Thread-safety: as the graph that holds them (read-only once it is finalized).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import dtypes as _dtypes
@@ -20,7 +22,14 @@ from .tensor_shape import TensorShape
 if TYPE_CHECKING:
     from .graph import Graph
 
-__all__ = ["Tensor", "Operation"]
+__all__ = ["Tensor", "Operation", "OVERLOADABLE_OPERATORS"]
+
+# The operators ``Tensor.override_operator`` accepts (those math_ops installs).
+OVERLOADABLE_OPERATORS = frozenset({
+    "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
+    "__rtruediv__", "__matmul__", "__rmatmul__", "__pow__", "__rpow__", "__neg__", "__abs__",
+    "__lt__", "__le__", "__gt__", "__ge__",
+})
 
 
 class Tensor:
@@ -73,7 +82,12 @@ class Tensor:
         return list(self._consumers)
 
     def eval(self, feed_dict: Any = None, session: Any = None) -> Any:
-        from .session import get_default_session
+        """``session.run(self, feed_dict)``, in the default session when none is given.
+
+        Raises:
+            ValueError: no session is given and there is no default session.
+        """
+        from .graph import get_default_session  # graph.py imports this module
 
         sess = session or get_default_session()
         if sess is None:
@@ -101,66 +115,40 @@ class Tensor:
     def __iter__(self) -> Iterator[Any]:
         raise CkptsyncTypeError("Tensor objects are only iterable when eager execution is enabled.")
 
-    # Operator overloads delegate to ckptsync.ops.math_ops (imported lazily: it sits above).
-    def __add__(self, other: Any) -> Tensor:
-        return _math().add(self, other)
+    @classmethod
+    def override_operator(cls, operator: str, func: Callable[..., Tensor]) -> None:
+        """Installs ``func(self, other)`` (or ``func(self)``) as ``operator``, e.g.
+        ``"__add__"``, as TF's ``Tensor._override_operator``. Called by
+        :mod:`ckptsync.ops.math_ops` when it is imported.
 
-    def __radd__(self, other: Any) -> Tensor:
-        return _math().add(other, self)
+        Raises:
+            ValueError: ``operator`` is not in ``OVERLOADABLE_OPERATORS``.
 
-    def __sub__(self, other: Any) -> Tensor:
-        return _math().subtract(self, other)
+        Thread-safety: call at import time only.
+        """
+        if operator not in OVERLOADABLE_OPERATORS:
+            raise CkptsyncValueError(f"Overriding {operator} is not allowed.")
+        setattr(cls, operator, func)
 
-    def __rsub__(self, other: Any) -> Tensor:
-        return _math().subtract(other, self)
-
-    def __mul__(self, other: Any) -> Tensor:
-        return _math().multiply(self, other)
-
-    def __rmul__(self, other: Any) -> Tensor:
-        return _math().multiply(other, self)
-
-    def __truediv__(self, other: Any) -> Tensor:
-        return _math().divide(self, other)
-
-    def __rtruediv__(self, other: Any) -> Tensor:
-        return _math().divide(other, self)
-
-    def __matmul__(self, other: Any) -> Tensor:
-        return _math().matmul(self, other)
-
-    def __rmatmul__(self, other: Any) -> Tensor:
-        return _math().matmul(other, self)
-
-    def __pow__(self, other: Any) -> Tensor:
-        return _math().pow(self, other)
-
-    def __rpow__(self, other: Any) -> Tensor:
-        return _math().pow(other, self)
-
-    def __neg__(self) -> Tensor:
-        return _math().negative(self)
-
-    def __abs__(self) -> Tensor:
-        return _math().abs(self)
-
-    def __lt__(self, other: Any) -> Tensor:
-        return _math().less(self, other)
-
-    def __le__(self, other: Any) -> Tensor:
-        return _math().less_equal(self, other)
-
-    def __gt__(self, other: Any) -> Tensor:
-        return _math().greater(self, other)
-
-    def __ge__(self, other: Any) -> Tensor:
-        return _math().greater_equal(self, other)
-
-
-def _math() -> Any:
-    from .ops import math_ops
-
-    return math_ops
+    if TYPE_CHECKING:  # installed by math_ops (see override_operator)
+        def __add__(self, other: Any) -> Tensor: ...
+        def __radd__(self, other: Any) -> Tensor: ...
+        def __sub__(self, other: Any) -> Tensor: ...
+        def __rsub__(self, other: Any) -> Tensor: ...
+        def __mul__(self, other: Any) -> Tensor: ...
+        def __rmul__(self, other: Any) -> Tensor: ...
+        def __truediv__(self, other: Any) -> Tensor: ...
+        def __rtruediv__(self, other: Any) -> Tensor: ...
+        def __matmul__(self, other: Any) -> Tensor: ...
+        def __rmatmul__(self, other: Any) -> Tensor: ...
+        def __pow__(self, other: Any) -> Tensor: ...
+        def __rpow__(self, other: Any) -> Tensor: ...
+        def __neg__(self) -> Tensor: ...
+        def __abs__(self) -> Tensor: ...
+        def __lt__(self, other: Any) -> Tensor: ...
+        def __le__(self, other: Any) -> Tensor: ...
+        def __gt__(self, other: Any) -> Tensor: ...
+        def __ge__(self, other: Any) -> Tensor: ...
 
 
 class Operation:
@@ -211,7 +199,12 @@ class Operation:
         return self.outputs
 
     def run(self, feed_dict: Any = None, session: Any = None) -> None:
-        from .session import get_default_session
+        """``session.run(self, feed_dict)``, in the default session when none is given.
+
+        Raises:
+            ValueError: no session is given and there is no default session.
+        """
+        from .graph import get_default_session  # graph.py imports this module
 
         sess = session or get_default_session()
         if sess is None:

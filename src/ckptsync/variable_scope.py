@@ -38,7 +38,7 @@ from .variables import Variable
 
 __all__ = [
     "AUTO_REUSE", "VariableScope", "variable_scope", "get_variable", "get_local_variable",
-    "get_variable_scope",
+    "get_variable_scope", "VariableStore", "get_variable_store",
 ]
 
 
@@ -106,7 +106,7 @@ class VariableScope:
                      trainable: bool | None = None, collections: Any = None,
                      **kwargs: Any) -> Variable:
         full = f"{self._name}/{name}" if self._name else name
-        return _store(get_default_graph()).get_variable(
+        return get_variable_store(get_default_graph()).get_variable(
             full, shape, dtype if dtype is not None else _ScopeDtype(self._dtype),
             initializer if initializer is not None else self._initializer,
             regularizer if regularizer is not None else self._regularizer,
@@ -143,13 +143,29 @@ class _ScopeDtype:
         self.dtype = dtype
 
 
-class _Store:
-    """Per-graph variables by full name, the scope stack and default-name counts."""
+class VariableStore:
+    """One graph's ``get_variable`` state, as TF1's ``_VariableStore`` with its scope
+    stack: get it with :func:`get_variable_store`.
+
+    Attributes:
+        vars: variables by full name (``"dense0/w"``), those ``get_variable`` made.
+        stack: the open variable scopes, the root scope (name ``""``) first.
+        counts: how often each default scope name was used (for ``"dense_1"``).
+
+    Thread-safety: as graph building (not thread-safe).
+    """
 
     def __init__(self) -> None:
         self.vars: dict[str, Variable] = {}
         self.stack: list[VariableScope] = [VariableScope(False)]
         self.counts: dict[str, int] = {}
+
+    @property
+    def root_scope(self) -> VariableScope:
+        """The graph's outermost variable scope (name ``""``): entering it (with
+        ``auxiliary_name_scope=False``) creates variables at the top level, as the
+        global step and the optimizers' slots are."""
+        return self.stack[0]
 
     def get_variable(self, name: str, shape: Any, dtype: Any, initializer: Any,
                      regularizer: Any, reuse: Any, trainable: bool | None, collections: Any,
@@ -242,15 +258,19 @@ def _initial_value(name: str, shape: TensorShape | None, dtype: _dtypes.DType, i
     return lambda: init(dims, dtype=dtype)
 
 
-def _store(graph: Graph) -> _Store:
+def get_variable_store(graph: Graph) -> VariableStore:
+    """``graph``'s variable store (made on first use).
+
+    Thread-safety: as graph building (not thread-safe).
+    """
     if graph._scope_state is None:
-        graph._scope_state = _Store()
+        graph._scope_state = VariableStore()
     return graph._scope_state  # type: ignore[no-any-return]
 
 
 def get_variable_scope() -> VariableScope:
     """The current variable scope object, as ``tf.get_variable_scope``."""
-    return _store(get_default_graph()).stack[-1]
+    return get_variable_store(get_default_graph()).stack[-1]
 
 
 @contextlib.contextmanager
@@ -281,7 +301,7 @@ def variable_scope(name_or_scope: Any = None, default_name: str | None = None,
     if reuse is True and name_or_scope is None:
         raise CkptsyncValueError("reuse=True cannot be used without a name_or_scope")
     graph = get_default_graph()
-    st = _store(graph)
+    st = get_variable_store(graph)
     parent = st.stack[-1]
     saved_counts: dict[str, int] | None = None
     if isinstance(name_or_scope, VariableScope):
@@ -336,7 +356,7 @@ def variable_scope(name_or_scope: Any = None, default_name: str | None = None,
                         st.counts[k] = 0
 
 
-def _unique_default(st: _Store, parent: str, prefix: str) -> str:
+def _unique_default(st: VariableStore, parent: str, prefix: str) -> str:
     def count(n: str) -> int:
         return st.counts.get(f"{parent}/{n}" if parent else n, 0)
 

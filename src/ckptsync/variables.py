@@ -15,9 +15,9 @@ from typing import Any
 
 from . import dtypes as _dtypes
 from .errors import CkptsyncValueError
-from .graph import GraphKeys, Operation, Tensor, get_default_graph
-from .ops._registry import register_special
+from .graph import GraphKeys, Operation, Tensor, get_default_graph, get_default_session
 from .ops.array_ops import convert_to_tensor
+from .ops.registry import register_special
 from .ops.state_ops import assign, assign_add, assign_sub, group
 
 __all__ = [
@@ -138,12 +138,10 @@ class Variable:
 
     def load(self, value: Any, session: Any = None) -> None:
         """Writes ``value`` into the variable in ``session`` (no op is added)."""
-        from .session import get_default_session
-
         sess = session or get_default_session()
         if sess is None:
             raise CkptsyncValueError("Variable.load needs a session or a default session.")
-        sess._write_variables({self.op.name: value})
+        sess.write_variables({self.op.name: value})
 
     def assign(self, value: Any, use_locking: Any = None, name: str | None = None,
                read_value: bool = True) -> Tensor:
@@ -216,10 +214,8 @@ def local_variables_initializer() -> Operation:
 
 def report_uninitialized_variables(var_list: Any = None, session: Any = None) -> list[str]:
     """Names of variables without a value in ``session`` (a host-side check, not an op)."""
-    from .session import get_default_session
-
     sess = session or get_default_session()
     vs = global_variables() + local_variables() if var_list is None else list(var_list)
     if sess is None:
         return [v.op.name for v in vs]
-    return [v.op.name for v in vs if not sess._has_variable(v.op.name)]
+    return [v.op.name for v in vs if not sess.has_variable(v.op.name)]

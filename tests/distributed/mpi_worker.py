@@ -268,14 +268,14 @@ def main() -> None:
         hook.begin()
         with cs.Session(graph=g) as sess:
             sess.run(cs.global_variables_initializer())
-            report["before"] = checksum(sess._read_variables(names))
+            report["before"] = checksum(sess.read_variables(names))
             hook.after_create_session(sess, None)
-            report["after_broadcast"] = checksum(sess._read_variables(names))
+            report["after_broadcast"] = checksum(sess.read_variables(names))
             # N steps on this rank's own data: gradients are averaged, so all stay equal.
             rng = np.random.default_rng(1000 + r)
             for _ in range(steps):
                 sess.run(train_op, {x: rng.normal(size=(16, 8)), y: rng.integers(0, 4, 16)})
-            values = sess._read_variables(names)
+            values = sess.read_variables(names)
             report["after_training"] = checksum(values)
             report["global_step"] = int(values["global_step"])
             report["allreduce_ops"] = sum(op.type == "MpiAllreduce" for op in g.get_operations())

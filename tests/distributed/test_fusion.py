@@ -21,7 +21,7 @@ import ckptsync as cs
 from ckptsync import distributed as dist
 from ckptsync.distributed import _fusion
 from ckptsync.distributed import optimizer as dist_optimizer
-from ckptsync.ops._registry import get_op_def
+from ckptsync.ops.registry import get_op_def
 
 
 class _FakeMPI:

@@ -33,11 +33,11 @@ def model() -> Any:
 
 
 def _set(sess: Any, var: Any, value: Any) -> None:
-    sess._write_variables({var.op.name: value})
+    sess.write_variables({var.op.name: value})
 
 
 def _get(sess: Any, var: Any) -> np.ndarray:
-    return sess._read_variables([var.op.name])[var.op.name]
+    return sess.read_variables([var.op.name])[var.op.name]
 
 
 def test_save_returns_prefix_and_restore_round_trips(model: Any, tmp_path: Path) -> None:

@@ -41,7 +41,7 @@ _graph_ctx = g.as_default()
 _graph_ctx.__enter__()  # Savers below find the variables in g
 
 def set_step(step):
-    sess._write_variables({"dense0/w": np.full((500, 1000), step, np.float32),
+    sess.write_variables({"dense0/w": np.full((500, 1000), step, np.float32),
                            "dense0/b": np.full(1000, step, np.int64)})
 
 def check_latest():
@@ -319,7 +319,7 @@ def test_open_reader_neither_blocks_nor_breaks_a_save_or_deletion(tmp_path: Path
         assert holder.stdout is not None and holder.stdin is not None
         assert holder.stdout.readline().strip() == "open"
         in_process = ckpt.CheckpointReader(first)
-        sess._write_variables({"w": np.full(1000, 2.0, np.float32)})
+        sess.write_variables({"w": np.full(1000, 2.0, np.float32)})
         saver.save(sess, str(tmp_path / "model.ckpt"), global_step=1)  # over the open file
         saver.save(sess, str(tmp_path / "model.ckpt"), global_step=2)  # deletes it
         assert not ckpt.checkpoint_exists(first)
@@ -341,11 +341,11 @@ def test_saving_over_the_prefix_just_restored_from(tmp_path: Path) -> None:
         saver = cs.train.Saver()
     prefix = saver.save(sess, str(tmp_path / "model"))
     saver.restore(sess, prefix)
-    sess._write_variables({"w": np.full(1000, 5.0, np.float32)})
+    sess.write_variables({"w": np.full(1000, 5.0, np.float32)})
     assert saver.save(sess, str(tmp_path / "model")) == prefix
-    sess._write_variables({"w": np.zeros(1000, np.float32)})
+    sess.write_variables({"w": np.zeros(1000, np.float32)})
     saver.restore(sess, prefix)
-    np.testing.assert_array_equal(sess._read_variables(["w"])["w"], np.full(1000, 5.0))
+    np.testing.assert_array_equal(sess.read_variables(["w"])["w"], np.full(1000, 5.0))
     assert ckpt.latest_checkpoint(str(tmp_path)) == prefix
     sess.close()
 
@@ -417,7 +417,7 @@ def test_async_refusal_is_raised_even_if_the_writer_died_after_replying(
     with g.as_default():
         saver = cs.train.Saver(async_save=True, require_finite=True)
     try:
-        sess._write_variables({"w": np.full(1000, np.nan, np.float32)})
+        sess.write_variables({"w": np.full(1000, np.nan, np.float32)})
         saver.save(sess, str(tmp_path / "model.ckpt"), global_step=1)
         writer = saver._writer
         assert writer is not None and writer.pid is not None
@@ -427,7 +427,7 @@ def test_async_refusal_is_raised_even_if_the_writer_died_after_replying(
         time.sleep(0.2)
         with pytest.raises(cs.errors.InvalidArgumentError, match="Variable w holds NaN"):
             saver.wait_until_finished()
-        sess._write_variables({"w": np.ones(1000, np.float32)})
+        sess.write_variables({"w": np.ones(1000, np.float32)})
         saver.save(sess, str(tmp_path / "model.ckpt"), global_step=2)  # a fresh writer
         saver.wait_until_finished()
     finally:
@@ -444,7 +444,7 @@ def test_async_retention_keeps_a_prefix_saved_again_when_the_second_save_fails(
     prefix = str(tmp_path / "model.ckpt-1")
     try:
         saver.save(sess, str(tmp_path / "model.ckpt"), global_step=1)
-        sess._write_variables({"w": np.full(1000, np.inf, np.float32)})
+        sess.write_variables({"w": np.full(1000, np.inf, np.float32)})
         saver.save(sess, str(tmp_path / "model.ckpt"), global_step=1)  # refused
         with pytest.raises(cs.errors.InvalidArgumentError):
             saver.wait_until_finished()
@@ -473,7 +473,7 @@ def test_async_saving_a_published_prefix_again_when_the_writer_dies_is_a_failure
         assert writer is not None and writer.pid is not None
         pid = writer.pid
         os.kill(pid, signal.SIGSTOP)  # it cannot start the next job
-        sess._write_variables({"w": np.full(1000, 7.0, np.float32)})
+        sess.write_variables({"w": np.full(1000, 7.0, np.float32)})
         saver.save(sess, str(tmp_path / "model.ckpt"), global_step=5)
         os.kill(pid, signal.SIGKILL)
         with pytest.raises(UnknownError, match="died while writing"):
@@ -553,7 +553,7 @@ def test_async_resaving_another_savers_checkpoint_when_the_writer_dies_keeps_it(
     with g.as_default():
         saver = cs.train.Saver(max_to_keep=max_to_keep, async_save=True)
     try:
-        sess._write_variables({"w": before + 1.0})
+        sess.write_variables({"w": before + 1.0})
         saver.save(sess, str(tmp_path / "model.ckpt"), global_step=5)
         with pytest.raises(UnknownError, match="died while writing"):
             saver.wait_until_finished()

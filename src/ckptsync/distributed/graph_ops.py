@@ -22,8 +22,8 @@ import numpy as np
 
 from ..errors import CkptsyncTypeError, CkptsyncValueError, FailedPreconditionError
 from ..graph import Graph, GraphKeys, Operation, Tensor, get_default_graph
-from ..ops._registry import register
 from ..ops.array_ops import convert_to_tensor
+from ..ops.registry import register
 from ._fusion import plan_fused_allreduce
 from ._runtime import rank, size
 from .collectives import ReduceOp, allgather_object, allreduce, broadcast, reducible

@@ -18,7 +18,7 @@ from .. import dtypes as _dtypes
 from ..errors import CkptsyncTypeError, CkptsyncValueError
 from ..graph import Tensor, get_default_graph
 from ..tensor_shape import TensorShape
-from ._registry import register, register_special, single
+from .registry import register, register_special, single
 
 __all__ = [
     "placeholder", "constant", "convert_to_tensor", "reshape", "transpose", "concat", "fill",
@@ -248,15 +248,9 @@ def squeeze(x: Any, axis: Any = None, name: str = "Squeeze") -> Tensor:
 
 
 # --------------------------------------------------------------------- filling
-@register("Fill", grad=lambda op, g: [None, _reduce_all(g)])
+@register("Fill", grad=lambda op, g: [None, sum_to_shape_of(g, op.inputs[1])])
 def _fill_kernel(dims: np.ndarray, value: np.ndarray) -> np.ndarray:
     return np.full(tuple(int(d) for d in dims), value, dtype=value.dtype)
-
-
-def _reduce_all(g: Tensor) -> Tensor:
-    from .math_ops import reduce_sum
-
-    return reduce_sum(g)
 
 
 def fill(dims: Any, value: Any, name: str | None = None) -> Tensor:

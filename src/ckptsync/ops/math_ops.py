@@ -9,6 +9,7 @@ the op and both shapes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -17,8 +18,8 @@ from .. import dtypes as _dtypes
 from ..errors import CkptsyncTypeError, CkptsyncValueError
 from ..graph import Tensor
 from ..tensor_shape import TensorShape, broadcast_static_shape
-from ._registry import register, single
 from .array_ops import convert_to_tensor, sum_to_shape_of
+from .registry import register, single
 
 __all__ = [
     "add", "subtract", "multiply", "divide", "negative", "square", "sqrt", "exp", "log", "abs",
@@ -26,7 +27,6 @@ __all__ = [
     "not_equal", "less", "less_equal", "greater", "greater_equal", "cast", "round", "matmul",
     "add_n", "sign",
 ]
-
 
 
 # --------------------------------------------------------------------- operands
@@ -62,7 +62,8 @@ def _binary(op_type: str, x: Any, y: Any, name: str | None,
     return single(op_type, [a, b], out_dtype or a.dtype, shp, name=name)
 
 
-def _unary(op_type: str, x: Any, name: str | None, float_only: bool = False) -> Tensor:
+def unary(op_type: str, x: Any, name: str | None, float_only: bool = False) -> Tensor:
+    """A one-input op of ``x``'s dtype and shape (float only: raises TypeError otherwise)."""
     t = convert_to_tensor(x)
     if float_only and not (t.dtype.is_floating or t.dtype.is_complex):
         raise CkptsyncTypeError(f"{op_type}: expected a floating-point tensor, got {t.dtype.name} "
@@ -180,42 +181,42 @@ register("Round", not_differentiable=True)(np.round)
 
 def negative(x: Any, name: str | None = None) -> Tensor:
     """``-x``, as ``tf.negative``."""
-    return _unary("Neg", x, name)
+    return unary("Neg", x, name)
 
 
 def square(x: Any, name: str | None = None) -> Tensor:
     """``x * x``, as ``tf.square``."""
-    return _unary("Square", x, name)
+    return unary("Square", x, name)
 
 
 def sqrt(x: Any, name: str | None = None) -> Tensor:
     """Elementwise square root of a float tensor, as ``tf.sqrt``."""
-    return _unary("Sqrt", x, name, float_only=True)
+    return unary("Sqrt", x, name, float_only=True)
 
 
 def exp(x: Any, name: str | None = None) -> Tensor:
     """Elementwise ``e ** x`` of a float tensor, as ``tf.exp``."""
-    return _unary("Exp", x, name, float_only=True)
+    return unary("Exp", x, name, float_only=True)
 
 
 def log(x: Any, name: str | None = None) -> Tensor:
     """Elementwise natural log of a float tensor, as ``tf.log``."""
-    return _unary("Log", x, name, float_only=True)
+    return unary("Log", x, name, float_only=True)
 
 
 def abs(x: Any, name: str | None = None) -> Tensor:  # noqa: A001 - TF's name
     """Elementwise absolute value, as ``tf.abs``; gradient ``sign(x)``."""
-    return _unary("Abs", x, name)
+    return unary("Abs", x, name)
 
 
 def sign(x: Any, name: str | None = None) -> Tensor:
     """Elementwise sign (-1, 0, 1), as ``tf.sign``; no gradient."""
-    return _unary("Sign", x, name)
+    return unary("Sign", x, name)
 
 
 def round(x: Any, name: str | None = None) -> Tensor:  # noqa: A001 - TF's name
     """Round half to even, as ``tf.round``; no gradient."""
-    return _unary("Round", x, name)
+    return unary("Round", x, name)
 
 
 # --------------------------------------------------------------------- add_n
@@ -472,3 +473,22 @@ def cast(x: Any, dtype: Any, name: str | None = None) -> Tensor:
     if t.dtype == dt:
         return t
     return single("Cast", [t], dt, t.shape, name=name, attrs={"dtype": dt})
+
+
+# --------------------------------------------------------------------- Tensor operators
+def _install_operators() -> None:
+    """``a + b`` on tensors adds an ``AddV2`` op, and so on (TF's math_ops does the same)."""
+    binary: dict[str, Callable[..., Tensor]] = {
+        "add": add, "sub": subtract, "mul": multiply, "truediv": divide, "matmul": matmul,
+        "pow": pow}
+    for name, fn in binary.items():
+        Tensor.override_operator(f"__{name}__", fn)
+        Tensor.override_operator(f"__r{name}__", lambda y, x, fn=fn: fn(x, y))
+    plain: dict[str, Callable[..., Tensor]] = {
+        "lt": less, "le": less_equal, "gt": greater, "ge": greater_equal, "neg": negative,
+        "abs": abs}
+    for name, fn in plain.items():
+        Tensor.override_operator(f"__{name}__", fn)
+
+
+_install_operators()

@@ -13,11 +13,11 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes as _dtypes
-from ..errors import CkptsyncTypeError, CkptsyncValueError
+from ..errors import CkptsyncTypeError, CkptsyncValueError, InvalidArgumentError
 from ..graph import Tensor
-from ._registry import register, single
 from .array_ops import convert_to_tensor
-from .math_ops import _unary, multiply, reduce_sum, subtract
+from .math_ops import exp, multiply, negative, reduce_sum, subtract, unary
+from .registry import register, single
 
 __all__ = [
     "relu", "sigmoid", "tanh", "softmax", "log_softmax", "bias_add",
@@ -62,17 +62,17 @@ def _tanh_kernel(x: np.ndarray) -> np.ndarray:
 
 def relu(features: Any, name: str | None = None) -> Tensor:
     """``max(x, 0)``, as ``tf.nn.relu``; gradient 0 at 0."""
-    return _unary("Relu", features, name)
+    return unary("Relu", features, name)
 
 
 def sigmoid(x: Any, name: str | None = None) -> Tensor:
     """``1 / (1 + exp(-x))``, as ``tf.sigmoid``."""
-    return _unary("Sigmoid", x, name, float_only=True)
+    return unary("Sigmoid", x, name, float_only=True)
 
 
 def tanh(x: Any, name: str | None = None) -> Tensor:
     """Hyperbolic tangent, as ``tf.tanh``."""
-    return _unary("Tanh", x, name, float_only=True)
+    return unary("Tanh", x, name, float_only=True)
 
 
 # --------------------------------------------------------------------- softmax
@@ -94,8 +94,6 @@ def _grad_softmax(op: Any, g: Tensor) -> list[Any]:
 
 
 def _grad_log_softmax(op: Any, g: Tensor) -> list[Any]:
-    from .math_ops import exp
-
     return [subtract(g, multiply(reduce_sum(g, -1, keepdims=True), exp(op.outputs[0])))]
 
 
@@ -105,12 +103,12 @@ register("LogSoftmax", grad=_grad_log_softmax)(_log_softmax_np)
 
 def softmax(logits: Any, name: str | None = None) -> Tensor:
     """Softmax over the last axis, as ``tf.nn.softmax``."""
-    return _unary("Softmax", logits, name, float_only=True)
+    return unary("Softmax", logits, name, float_only=True)
 
 
 def log_softmax(logits: Any, name: str | None = None) -> Tensor:
     """Log-softmax over the last axis, as ``tf.nn.log_softmax``."""
-    return _unary("LogSoftmax", logits, name, float_only=True)
+    return unary("LogSoftmax", logits, name, float_only=True)
 
 
 # --------------------------------------------------------------------- bias_add
@@ -154,8 +152,6 @@ def _grad_xent(op: Any, g: Tensor, _g_backprop: Any = None) -> list[Any]:
     grad_logits = single("XentGrad", [g, backprop], backprop.dtype, backprop.shape)
     if op.type == "SparseSoftmaxCrossEntropyWithLogits":
         return [grad_logits, None]
-    from .math_ops import negative
-
     log_p = single("LogSoftmax", [op.inputs[0]], op.inputs[0].dtype, op.inputs[0].shape)
     return [grad_logits, single("XentGrad", [g, negative(log_p)], backprop.dtype, backprop.shape)]
 
@@ -169,8 +165,6 @@ def _xent_grad_kernel(g: np.ndarray, backprop: np.ndarray) -> np.ndarray:
 def _sparse_xent_kernel(logits: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     n_classes = logits.shape[-1]
     if labels.size and (labels.min() < 0 or labels.max() >= n_classes):
-        from ..errors import InvalidArgumentError
-
         bad = labels[(labels < 0) | (labels >= n_classes)].reshape(-1)[0]
         raise InvalidArgumentError(
             None, None, f"Received a label value of {bad} which is outside the valid range of "

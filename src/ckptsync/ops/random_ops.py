@@ -16,7 +16,7 @@ from .. import dtypes as _dtypes
 from ..errors import CkptsyncValueError
 from ..graph import Operation, Tensor, get_default_graph
 from ..tensor_shape import TensorShape
-from ._registry import register, single
+from .registry import register, single
 
 __all__ = ["random_uniform", "random_normal", "truncated_normal", "set_random_seed", "get_seed"]
 

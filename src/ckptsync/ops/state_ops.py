@@ -17,8 +17,8 @@ import numpy as np
 from .. import dtypes as _dtypes
 from ..errors import CkptsyncTypeError, CkptsyncValueError, InvalidArgumentError
 from ..graph import Operation, Tensor, get_default_graph
-from ._registry import register, register_special, single
-from .array_ops import convert_to_tensor
+from .array_ops import convert_to_tensor, identity
+from .registry import register, register_special, single
 
 __all__ = ["assign", "assign_add", "assign_sub", "no_op", "group", "tuple_"]
 
@@ -124,8 +124,6 @@ def group(*inputs: Any, name: str | None = None) -> Operation:
 
 def tuple_(tensors: Any, name: str | None = None) -> list[Tensor]:
     """Identity copies of ``tensors`` that are each available only after all are computed."""
-    from .array_ops import identity
-
     gate = group(*tensors)
     g = get_default_graph()
     with g.control_dependencies([gate]):

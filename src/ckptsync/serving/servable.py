@@ -320,7 +320,7 @@ class GraphServable(Servable):
         # One callable per signature: inputs by position, the plan resolved once.
         self._input_keys = list(self._inputs)
         self._output_keys = list(self._outputs)
-        self._call = self._session._runner(
+        self._call = self._session.make_array_callable(
             [self._outputs[k] for k in self._output_keys],
             [self._inputs[k] for k in self._input_keys])
 

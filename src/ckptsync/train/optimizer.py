@@ -18,10 +18,10 @@ from ..errors import CkptsyncTypeError, CkptsyncValueError
 from ..gradients import gradients
 from ..graph import GraphKeys, Operation, Tensor, get_default_graph
 from ..initializers import constant_initializer, zeros_initializer
-from ..ops._registry import register
 from ..ops.array_ops import convert_to_tensor
+from ..ops.registry import register
 from ..ops.state_ops import assign, assign_add, group
-from ..variable_scope import get_variable, variable_scope
+from ..variable_scope import get_variable, get_variable_store, variable_scope
 from ..variables import Variable, trainable_variables
 
 __all__ = ["Optimizer", "GradientDescentOptimizer", "MomentumOptimizer", "AdamOptimizer"]
@@ -210,9 +210,8 @@ class Optimizer:
 
 
 def _root_scope() -> Any:
-    from ..variable_scope import _store
-
-    return variable_scope(_store(get_default_graph()).stack[0], auxiliary_name_scope=False)
+    root = get_variable_store(get_default_graph()).root_scope
+    return variable_scope(root, auxiliary_name_scope=False)
 
 
 def _hyper(name: str, value: Any, low: float = 0.0, high: float | None = None,

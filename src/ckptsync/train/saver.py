@@ -252,7 +252,7 @@ class Saver:
                 ckpt.sweep_temp_files(save_dir)
             self._swept_dirs.update((abs_dir, real_dir))
         keys, op_names = self._names()
-        named = dict(zip(keys, sess._read_variables(op_names).values()))
+        named = dict(zip(keys, sess.read_variables(op_names).values()))
         gs = get_default_graph_step(sess, var_map) if step is None else step
         if self._writer is not None:
             self._save_async(prefix, save_dir, latest_filename, named, gs, metadata, write_state)
@@ -451,7 +451,7 @@ class Saver:
                         f"requires shapes of both tensors to match. lhs shape= {list(want)} rhs "
                         f"shape= {list(arr.shape)} for variable {key} in checkpoint {save_path}.")
             out[var.op.name] = arr
-        sess._write_variables(out)
+        sess.write_variables(out)
 
     def as_saver_def(self) -> dict[str, Any]:
         return {"max_to_keep": self._max_to_keep,

@@ -62,9 +62,9 @@ def get_default_graph_step(sess: Any, var_map: dict[str, Any]) -> int | None:
     from .training_util import get_global_step
 
     gs = get_global_step(sess.graph)
-    if gs is None or not sess._has_variable(gs.op.name):
+    if gs is None or not sess.has_variable(gs.op.name):
         return None
-    return int(sess._read_variables([gs.op.name])[gs.op.name])
+    return int(sess.read_variables([gs.op.name])[gs.op.name])
 
 
 def check_session_graph(sess: Any, var_map: dict[str, Any]) -> None:

@@ -9,7 +9,7 @@ from .. import dtypes as _dtypes
 from ..errors import CkptsyncTypeError, CkptsyncValueError
 from ..graph import Graph, GraphKeys, Tensor, get_default_graph
 from ..initializers import zeros_initializer
-from ..variable_scope import get_variable, variable_scope
+from ..variable_scope import get_variable, get_variable_store, variable_scope
 
 __all__ = ["get_global_step", "create_global_step", "get_or_create_global_step", "global_step"]
 
@@ -64,9 +64,7 @@ def create_global_step(graph: Graph | None = None) -> Any:
 
 
 def get_variable_scope_root() -> Any:
-    from ..variable_scope import _store
-
-    return _store(get_default_graph()).stack[0]
+    return get_variable_store(get_default_graph()).root_scope
 
 
 def get_or_create_global_step(graph: Graph | None = None) -> Any:

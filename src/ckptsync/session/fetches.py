@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import CkptsyncTypeError
-from .graph import Graph, Operation, Tensor
+from ..errors import CkptsyncTypeError
+from ..graph import Graph, Operation, Tensor
 
 __all__ = ["FetchMapper"]
 

@@ -5,26 +5,23 @@ the plan does the same: one step computes ``matmul(x, w)``, adds the bias in pla
 applies the ReLU in place, and writes the last op's output slot. The step runs where the
 chain's last op would (its bias may be computed after the MatMul). The chain is fused
 only where that is invisible: every intermediate output is read exactly once in the run
-(by the next op of the chain), is neither fetched nor fed, and no other fusion (see
-:mod:`.session_fusion`) writes it. The results are bit-identical to the three kernels
+(by the next op of the chain), is neither fetched nor fed, and no input computed in place (see
+:mod:`.inplace_inputs`) is among them. The results are bit-identical to the three kernels
 (the same float operations on the same values); an error in the fused step names the
 MatMul op.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from .graph import Operation, Tensor
-from .ops._registry import get_op_def
-from .session_fusion import readers_of
+from ..ops.registry import get_op_def
+from ..tensor import Operation, Tensor
+from .plan import RunContext, Step, readers_of
 
-__all__ = ["FusedMatMul", "fused_matmul_step", "plan_remap"]
-
-_Step = Callable[[list[Any], Any], None]
+__all__ = ["FusedMatMul", "fused_matmul_step", "plan_fused_matmuls"]
 
 
 class FusedMatMul(NamedTuple):
@@ -35,8 +32,8 @@ class FusedMatMul(NamedTuple):
     relu: Operation | None
 
 
-def plan_remap(ordered: list[Operation], elements: list[Tensor | Operation],
-               fed_ids: set[int], taken: set[int]) -> dict[int, FusedMatMul]:
+def plan_fused_matmuls(ordered: list[Operation], elements: list[Tensor | Operation],
+                       fed_ids: set[int], taken: set[int]) -> dict[int, FusedMatMul]:
     """The chains to fuse in a plan of ``ordered`` ops fetching ``elements``, feeding
     ``fed_ids``; ops in ``taken`` (other fusions) are left alone. Keyed by id of every
     op of a chain."""
@@ -68,7 +65,7 @@ def plan_remap(ordered: list[Operation], elements: list[Tensor | Operation],
     return chains
 
 
-def fused_matmul_step(chain: FusedMatMul, slot: dict[int, int]) -> _Step:
+def fused_matmul_step(chain: FusedMatMul, slot: dict[int, int]) -> Step:
     """The step running ``chain``: matmul, bias added in place, ReLU in place."""
     matmul = get_op_def("MatMul").kernel
     assert matmul is not None
@@ -91,12 +88,12 @@ def fused_matmul_step(chain: FusedMatMul, slot: dict[int, int]) -> _Step:
         return y + bias  # a fed bias of another rank broadcasts as BiasAdd's kernel does
 
     if chain.relu is None:
-        def step(v: list[Any], ctx: Any) -> None:
+        def step(v: list[Any], ctx: RunContext) -> None:
             v[o] = biased(v)
 
         return step
 
-    def step_relu(v: list[Any], ctx: Any) -> None:
+    def step_relu(v: list[Any], ctx: RunContext) -> None:
         y = biased(v)
         v[o] = np.maximum(y, 0, out=y)
 

@@ -1,8 +1,9 @@
-"""Which kernels of a ``Session`` plan write straight into a fusing op's buffers.
+"""Inputs computed in place: which kernels of a ``Session`` plan write their results
+straight into the buffers of the op that reads them.
 
 An op registered with ``fuse_inputs`` (the distributed ``MpiAllreduce``) is offered the
 inputs whose producers can write into an array it owns: computed in the run (not fed)
-by a single-output kernel that accepts ``out=`` (see :mod:`ckptsync.ops._registry`), of
+by a single-output kernel that accepts ``out=`` (see :mod:`ckptsync.ops.registry`), of
 a fully defined static shape, and read exactly once in the run, by that op (not fetched,
 not read by another op). Its planner picks the ones it takes (``direct``). The plan then
 gets one *prepare* step per fusing op, run before any kernel, that puts the arrays to
@@ -12,41 +13,29 @@ write into in extra value slots, and each such producer's step passes its slot a
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-from .graph import Operation, Tensor
-from .ops._registry import FusedInputs, get_op_def
+from ..ops.registry import FusedInputs, get_op_def
+from ..tensor import Operation, Tensor
+from .plan import RunContext, Step, readers_of
 
-__all__ = ["FusionPlan", "plan_fusion", "readers_of"]
-
-_Step = Callable[[list[Any], Any], None]
+__all__ = ["InplaceInputsPlan", "plan_inplace_inputs"]
 
 
-class FusionPlan(NamedTuple):
+class InplaceInputsPlan(NamedTuple):
+    """The in-place part of a plan (empty when no op of the run fuses its inputs)."""
+
     fused: dict[int, FusedInputs]  # id(fusing op) -> how it runs in this plan
     outs: dict[int, int]  # id(producer op) -> the value slot of the array it writes into
-    prepare: list[tuple[Operation, _Step]]  # (fusing op, step), to run first
+    prepare: list[tuple[Operation, Step]]  # (fusing op, step), to run first
     n_slots: int  # value slots in all, the extra ones included
 
 
-def readers_of(ordered: list[Operation]) -> dict[int, list[Operation]]:
-    """id(tensor) -> the ops of ``ordered`` that read it as a value (ref inputs, which
-    only name a variable, are not reads)."""
-    readers: dict[int, list[Operation]] = {}
-    for op in ordered:
-        refs = get_op_def(op.type).ref_inputs
-        for i, t in enumerate(op.inputs):
-            if i not in refs:
-                readers.setdefault(id(t), []).append(op)
-    return readers
-
-
-def plan_fusion(ordered: list[Operation], elements: list[Tensor | Operation],
-                fed_ids: set[int], n_slots: int) -> FusionPlan:
-    """The fusion part of a plan of ``ordered`` ops that fetches ``elements``, feeds the
+def plan_inplace_inputs(ordered: list[Operation], elements: list[Tensor | Operation],
+                        fed_ids: set[int], n_slots: int) -> InplaceInputsPlan:
+    """The in-place part of a plan of ``ordered`` ops that fetches ``elements``, feeds the
     tensors in ``fed_ids`` and has ``n_slots`` value slots so far."""
-    plan = FusionPlan({}, {}, [], n_slots)
+    plan = InplaceInputsPlan({}, {}, [], n_slots)
     fusing = [op for op in ordered if get_op_def(op.type).fuse_inputs is not None]
     if not fusing:
         return plan
@@ -73,11 +62,11 @@ def plan_fusion(ordered: list[Operation], elements: list[Tensor | Operation],
     return plan._replace(n_slots=n_slots)
 
 
-def _prepare_step(fused: FusedInputs, first: int, n: int) -> _Step:
+def _prepare_step(fused: FusedInputs, first: int, n: int) -> Step:
     """Puts the arrays the producers of ``fused``'s direct inputs write into in slots
     ``[first, first + n)``."""
 
-    def step(v: list[Any], ctx: Any) -> None:
+    def step(v: list[object], ctx: RunContext) -> None:
         v[first:first + n] = fused.prepare(ctx)
 
     return step

@@ -4,11 +4,9 @@ Variable values live in the session, not in the graph: two sessions on one graph
 different values. Within one ``run`` every read of a variable sees its value at the start
 of the run and assignments land when the run ends.
 
-The execution plan for a given (fetches, fed tensors) is computed once and cached; a run
-then only executes a flat list of kernel calls. When a plan holds an op that fuses its
-inputs (``fuse_inputs``: the distributed allreduce), the producers of those inputs that
-nothing else in the run reads write their results straight into that op's buffers
-(``out=``), so no copy is needed to pack them (see :mod:`.session_fusion`).
+The execution plan for a given (fetches, fed tensors) is computed once by
+:func:`.planner.compile_plan` and cached; a run then only executes a flat list of kernel
+calls (:mod:`.plan`).
 
 ``run(..., params=snapshot)`` reads variables from ``params`` (a mapping of variable op
 names to arrays) instead of the session's store, for that run only. This is how a server
@@ -27,52 +25,23 @@ from typing import Any
 
 import numpy as np
 
-from .errors import (
+from ..errors import (
     CkptsyncRuntimeError,
     CkptsyncTypeError,
     FailedPreconditionError,
     InvalidArgumentError,
     OpError,
 )
-from .graph import Graph, Operation, Tensor, get_default_graph
-from .ops._registry import get_op_def
-from .session_fetch import FetchMapper
-from .session_fusion import plan_fusion
-from .session_remap import fused_matmul_step, plan_remap
-from .session_steps import _make_step, _Plan, _read_variables_step, _Step
-from .variables import Variable
+from ..graph import Graph, Operation, Tensor, default_session, get_default_graph
+from ..variables import Variable
+from .fetches import FetchMapper
+from .plan import Plan, RunContext
+from .planner import compile_plan
 
-__all__ = ["Session", "InteractiveSession", "get_default_session"]
+__all__ = ["Session", "InteractiveSession", "ArrayCallable"]
 
-class _RunContext:
-    """What stateful kernels see during one run: variable reads/writes, RNGs, and
-    ``scratch``, per-run state of the ops that fuse their inputs (their buffers)."""
-
-    __slots__ = ("_session", "_params", "writes", "scratch")
-
-    def __init__(self, session: Session, params: Mapping[str, np.ndarray] | None):
-        self._session = session
-        self._params = params
-        self.writes: dict[str, np.ndarray] = {}
-        self.scratch: dict[Any, Any] = {}
-
-    def read(self, name: str) -> np.ndarray:
-        if self._params is not None:
-            v = self._params.get(name)
-            if v is not None:
-                return v
-        v = self._session._vars.get(name)
-        if v is None:
-            raise FailedPreconditionError(
-                None, None, f"Attempting to use uninitialized value {name}")
-        return v
-
-    def write(self, name: str, value: np.ndarray) -> None:
-        self.writes[name] = value
-
-    def rng(self, op: Operation) -> np.random.Generator:
-        return self._session._rng(op)
-
+# ``run(feed_values, params) -> [value per fetch]`` (see ``Session.make_array_callable``).
+ArrayCallable = Callable[[list[Any], "Mapping[str, np.ndarray] | None"], list[Any]]
 
 class Session:
     """Runs ops and evaluates tensors of one graph, as ``tf.Session``.
@@ -96,7 +65,7 @@ class Session:
         self.graph = graph if graph is not None else get_default_graph()
         self._vars: dict[str, np.ndarray] = {}
         self._rngs: dict[str, np.random.Generator] = {}
-        self._plans: dict[Any, _Plan] = {}
+        self._plans: dict[Any, Plan] = {}
         self._mappers: dict[int, FetchMapper] = {}
         self._lock = threading.Lock()
         self._closed = False
@@ -123,28 +92,48 @@ class Session:
     @contextlib.contextmanager
     def as_default(self) -> Iterator[Session]:
         """Makes this the default session (and its graph the default graph) in the block."""
-        stack = _session_stack()
-        stack.append(self)
-        try:
-            with self.graph.as_default():
-                yield self
-        finally:
-            stack.pop()
+        with default_session(self), self.graph.as_default():
+            yield self
 
     # ---------------------------------------------------------------- variables
-    def _has_variable(self, name: str) -> bool:
+    def has_variable(self, name: str) -> bool:
+        """Whether variable op ``name`` (e.g. ``"dense0/w"``) has a value in this session.
+
+        Thread-safety: may be called from any thread.
+        """
         return name in self._vars
 
-    def _read_variables(self, names: list[str]) -> dict[str, np.ndarray]:
-        """Current values by variable op name (arrays are shared, never mutated)."""
+    def read_variables(self, names: list[str]) -> dict[str, np.ndarray]:
+        """The current values of variables by op name, ``{"dense0/w": array}``, as a run
+        starting now would read them. The arrays are the session's own (shared, never
+        mutated by the session: a later write replaces them): do not write into them.
+
+        The read path of ``Saver.save`` and of the MPI broadcast (no graph op is run).
+
+        Raises:
+            FailedPreconditionError: a variable has no value (names the first).
+
+        Thread-safety: may be called while other threads run; each value is the one
+        before or after a concurrent run's writes.
+        """
         missing = [n for n in names if n not in self._vars]
         if missing:
             raise FailedPreconditionError(
                 None, None, f"Attempting to use uninitialized value {missing[0]}")
         return {n: self._vars[n] for n in names}
 
-    def _write_variables(self, values: Mapping[str, Any]) -> None:
-        """Sets variables by op name (as a restore does), converting to their dtypes."""
+    def write_variables(self, values: Mapping[str, Any]) -> None:
+        """Sets variables by op name, as a restore does (no graph op is run): each value
+        (anything ``np.array`` takes) is copied and converted to the variable's dtype.
+
+        The write path of ``Saver.restore`` and ``Variable.load``.
+
+        Raises:
+            KeyError: a name is no operation of the graph.
+            ValueError, TypeError: a value does not convert to the variable's dtype.
+
+        Thread-safety: the values land together, between two runs' writes.
+        """
         new = {}
         for name, value in values.items():
             op = self.graph.get_operation_by_name(name)
@@ -198,11 +187,11 @@ class Session:
             values[s] = arr
         return mapper.build(self._execute(plan, values, params))
 
-    def _plan_for(self, mapper: FetchMapper, fed: list[Tensor]) -> _Plan:
+    def _plan_for(self, mapper: FetchMapper, fed: list[Tensor]) -> Plan:
         key = (mapper.key, tuple(id(t) for t in fed))
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._compile(mapper.elements, fed)
+            plan = compile_plan(mapper.elements, fed)
             self._plans[key] = plan
         return plan
 
@@ -245,11 +234,17 @@ class Session:
 
         return call
 
-    def _runner(self, fetch_list: list[Tensor], feed_list: list[Tensor]
-                ) -> Callable[[list[np.ndarray], Mapping[str, np.ndarray] | None], list[Any]]:
+    def make_array_callable(self, fetch_list: list[Tensor], feed_list: list[Tensor]
+                            ) -> ArrayCallable:
         """``make_callable`` for callers that feed arrays already of the fed tensors'
         dtypes and shapes (the serving path checks them first): returns
-        ``run(feed_values, params) -> [value per fetch]``, with no conversion.
+        ``run(feed_values, params) -> [value per fetch]``, a list in ``fetch_list`` order,
+        with no conversion and no check of the feeds (a wrong dtype or shape gives numpy's
+        result or an ``InvalidArgumentError`` from a kernel).
+
+        Raises:
+            KeyError, ValueError: a fetch or feed is not of this graph (now);
+                ``RuntimeError`` (from ``run``): the session is closed.
 
         Thread-safety: the function may be called from several threads at once.
         """
@@ -258,8 +253,7 @@ class Session:
         run.fetches = fetches  # type: ignore[attr-defined]  # keeps the mapper's key alive
         return run
 
-    def _plan_runner(self, plan: _Plan
-                     ) -> Callable[[list[Any], Mapping[str, np.ndarray] | None], list[Any]]:
+    def _plan_runner(self, plan: Plan) -> ArrayCallable:
         """``run(feed_values, params)``: ``plan`` with the values (converted already) in
         its feed slots; the fetched values in ``plan.fetch_slots`` order."""
         feed_slots = plan.feed_slots
@@ -274,11 +268,11 @@ class Session:
 
         return run
 
-    def _execute(self, plan: _Plan, values: list[Any],
+    def _execute(self, plan: Plan, values: list[Any],
                  params: Mapping[str, np.ndarray] | None) -> list[Any]:
         """Runs ``plan`` on ``values`` (its template with the feeds in); returns the
         fetched values in ``plan.fetch_slots`` order."""
-        ctx = _RunContext(self, params)
+        ctx = RunContext(self._vars, self._rng, params)
         i = 0
         try:
             with np.errstate(all="ignore"):
@@ -312,69 +306,6 @@ class Session:
         el = self.graph.as_graph_element(key, allow_tensor=True, allow_operation=False)
         assert isinstance(el, Tensor)
         return el
-
-    def _compile(self, elements: list[Tensor | Operation], fed: list[Tensor]) -> _Plan:
-        fed_ids = {id(t) for t in fed}
-        needed: dict[int, Operation] = {}
-        stack: list[Operation] = []
-        for el in elements:
-            if isinstance(el, Tensor):
-                if id(el) not in fed_ids:
-                    stack.append(el.op)
-            else:
-                stack.append(el)
-        while stack:
-            op = stack.pop()
-            if id(op) in needed:
-                continue
-            needed[id(op)] = op
-            refs = get_op_def(op.type).ref_inputs
-            for i, t in enumerate(op.inputs):
-                if i not in refs and id(t) not in fed_ids:
-                    stack.append(t.op)
-            stack.extend(op.control_inputs)
-        ordered = sorted(needed.values(), key=lambda o: o._id)
-        slot: dict[int, int] = {}
-        for t in fed:
-            slot.setdefault(id(t), len(slot))
-        for op in ordered:
-            for t in op.outputs:
-                slot.setdefault(id(t), len(slot))
-        steps: list[_Step] = []
-        step_ops: list[Operation] = []
-        var_reads = [(slot[id(op.outputs[0])], op.name) for op in ordered
-                     if op.type == "VariableV2" and id(op.outputs[0]) not in fed_ids]
-        if var_reads:
-            steps.append(_read_variables_step(var_reads))
-            step_ops.append(next(op for op in ordered if op.type == "VariableV2"))
-        fusion = plan_fusion(ordered, elements, fed_ids, len(slot))
-        for op, prepare in fusion.prepare:
-            steps.append(prepare)
-            step_ops.append(op)
-        template: list[Any] = [None] * fusion.n_slots
-        chains = plan_remap(ordered, elements, fed_ids, {*fusion.outs, *fusion.fused})
-        for op in ordered:
-            if op.type == "VariableV2":
-                continue
-            if all(id(t) in fed_ids for t in op.outputs) and op.outputs:
-                continue
-            if op.type == "Const":
-                template[slot[id(op.outputs[0])]] = op.attrs["value"]
-                continue
-            chain = chains.get(id(op))
-            if chain is not None:
-                # At the chain's last op: every input (the bias too) is computed by then.
-                if op is (chain.relu or chain.bias_add):
-                    steps.append(fused_matmul_step(chain, slot))
-                    step_ops.append(chain.matmul)
-                continue
-            st = _make_step(op, slot, fed_ids, fusion.outs.get(id(op)),
-                            fusion.fused.get(id(op)))
-            if st is not None:
-                steps.append(st)
-                step_ops.append(op)
-        fetch_slots = [slot[id(el)] if isinstance(el, Tensor) else None for el in elements]
-        return _Plan(steps, step_ops, [slot[id(t)] for t in fed], fetch_slots, template)
 
     # ---------------------------------------------------------------- misc
     def list_devices(self) -> list[str]:
@@ -423,20 +354,3 @@ def _convert_feed(t: Tensor, value: Any) -> np.ndarray:
             None, t.op, f"Cannot feed value of shape {shape} for Tensor '{t.name}', which has "
             f"shape '{t.shape}'")
     return arr
-
-
-_SESSIONS = threading.local()
-
-
-def _session_stack() -> list[Session]:
-    s = getattr(_SESSIONS, "stack", None)
-    if s is None:
-        s = _SESSIONS.stack = []
-    return s
-
-
-def get_default_session() -> Session | None:
-    """The innermost ``with sess.as_default()`` session in this thread, or None."""
-    s = _session_stack()
-    return s[-1] if s else None
-

@@ -10,6 +10,8 @@ import pytest
 
 import ckptsync as cs
 from ckptsync.errors import InvalidArgumentError
+from ckptsync.session.fetches import FetchMapper
+from ckptsync.session.planner import compile_plan
 
 
 def _net(relu: bool = True) -> tuple[cs.Graph, Any, dict[str, Any]]:
@@ -26,7 +28,7 @@ def _net(relu: bool = True) -> tuple[cs.Graph, Any, dict[str, Any]]:
 
 
 def _types(sess: cs.Session, fetches: Any, x: Any) -> list[str]:
-    plan = sess._plan_for(sess._mapper_for(fetches), [x])
+    plan = compile_plan(FetchMapper(sess.graph, fetches).elements, [x])
     return [op.type for op in plan.ops]
 
 

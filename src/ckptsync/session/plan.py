@@ -1,0 +1,109 @@
+"""What a compiled ``Session`` run is made of: the :class:`Plan`, its :data:`Step` type,
+and the :class:`RunContext` a step is called with.
+
+A plan runs over a flat list of *value slots*, one per tensor of the run: a step reads
+its inputs' slots and writes its outputs' slots. :mod:`.planner` builds plans;
+:mod:`.steps`, :mod:`.fused_matmul` and :mod:`.inplace_inputs` build their steps.
+
+Thread-safety: a :class:`Plan` is immutable once built and shared by concurrent runs;
+each run has its own value list and its own :class:`RunContext`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from ..errors import FailedPreconditionError
+from ..ops.registry import get_op_def
+from ..tensor import Operation
+
+__all__ = ["Plan", "RunContext", "Step", "readers_of"]
+
+
+class RunContext:
+    """What stateful kernels see during one run: variable reads and writes, RNGs, and
+    ``scratch``, per-run state of the ops that have inputs computed in place (their
+    buffers).
+
+    Args:
+        variables: the session's values, variable op name -> array (read, never written).
+        rng: the session's random generator for an op.
+        params: variable op name -> array, read instead of ``variables`` (this run only).
+    """
+
+    __slots__ = ("_variables", "_rng", "_params", "writes", "scratch")
+
+    def __init__(self, variables: Mapping[str, np.ndarray],
+                 rng: Callable[[Operation], np.random.Generator],
+                 params: Mapping[str, np.ndarray] | None):
+        self._variables = variables
+        self._rng = rng
+        self._params = params
+        self.writes: dict[str, np.ndarray] = {}  # land in the session when the run ends
+        self.scratch: dict[Any, Any] = {}
+
+    def read(self, name: str) -> np.ndarray:
+        """The start-of-run value of variable ``name``.
+
+        Raises:
+            FailedPreconditionError: the variable has no value (not initialized).
+        """
+        if self._params is not None:
+            v = self._params.get(name)
+            if v is not None:
+                return v
+        v = self._variables.get(name)
+        if v is None:
+            raise FailedPreconditionError(
+                None, None, f"Attempting to use uninitialized value {name}")
+        return v
+
+    def write(self, name: str, value: np.ndarray) -> None:
+        """Sets variable ``name`` when the run ends."""
+        self.writes[name] = value
+
+    def rng(self, op: Operation) -> np.random.Generator:
+        """The random generator of ``op`` in this session (seeded by its attrs)."""
+        return self._rng(op)
+
+
+# A step takes the run's value slots and its run context.
+Step = Callable[[list[Any], RunContext], None]
+
+
+class Plan:
+    """A compiled run: kernel calls in order over a flat list of value slots.
+
+    Attributes:
+        steps: the calls, in order.
+        ops: per step, the op it runs (named in a failing step's error).
+        feed_slots: per fed tensor, its slot.
+        fetch_slots: per fetched element, its slot (None for an operation).
+        template: the initial value list: the constants' values already in their slots,
+            so a run starts from ``template.copy()`` and never calls a kernel for one.
+    """
+
+    __slots__ = ("steps", "ops", "feed_slots", "fetch_slots", "template")
+
+    def __init__(self, steps: list[Step], ops: list[Operation], feed_slots: list[int],
+                 fetch_slots: list[int | None], template: list[Any]):
+        self.steps = steps
+        self.ops = ops
+        self.feed_slots = feed_slots
+        self.fetch_slots = fetch_slots
+        self.template = template
+
+
+def readers_of(ordered: list[Operation]) -> dict[int, list[Operation]]:
+    """id(tensor) -> the ops of ``ordered`` that read it as a value (ref inputs, which
+    only name a variable, are not reads)."""
+    readers: dict[int, list[Operation]] = {}
+    for op in ordered:
+        refs = get_op_def(op.type).ref_inputs
+        for i, t in enumerate(op.inputs):
+            if i not in refs:
+                readers.setdefault(id(t), []).append(op)
+    return readers
