@@ -98,8 +98,8 @@ def test_after_n_steps_every_rank_holds_bit_identical_variables(reports):
     assert r0["allreduce_ops"] == 1
 
 
-def test_the_readme_mpi_example_trains_on_two_ranks_and_rank_0_checkpoints(tmp_path):
-    readme = (REPO / "README.md").read_text()
+def test_the_docs_mpi_example_trains_on_two_ranks_and_rank_0_checkpoints(tmp_path):
+    readme = (REPO / "docs" / "mpi.md").read_text()
     start = readme.index("import numpy as np\nimport ckptsync as cs\nfrom ckptsync import distributed")
     (tmp_path / "train_mpi.py").write_text(readme[start:readme.index("```", start)])
     r = subprocess.run(mpiexec(2, sys.executable, "train_mpi.py"), env=env(), cwd=tmp_path,
