@@ -158,14 +158,39 @@ def serve(
         )
     if admin_token is not None and not admin_token.strip():
         raise click.BadParameter("must not be empty", param_hint="'--admin-token'")
+    # Imported here so `infer --help` stays fast.
+    from ckptsync.serving import (
+        GraphServable,
+        HttpOptions,
+        ManagerOptions,
+        ModelManager,
+        create_app,
+        load_gate,
+    )
+
     gate_fn = None
     if gate is not None:
-        from ckptsync.serving import load_gate
-
         try:
             gate_fn = load_gate(gate)
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="'--gate'") from None
+    try:
+        manager_options = ManagerOptions(
+            poll=poll,
+            rescan_interval_s=rescan_interval_s,
+            allow_nonfinite=allow_nonfinite,
+            gate=gate_fn,
+            max_load_attempts=max_load_attempts,
+            load_timeout_s=load_timeout_s,
+            free_before_load=free_before_load,
+        )
+        http_options = HttpOptions(
+            max_request_bytes=max_request_bytes,
+            max_batch_size=max_batch_size,
+            admin_token=admin_token,
+        )
+    except (TypeError, ValueError) as e:  # the flags' types and ranges make this rare
+        raise click.UsageError(str(e)) from None
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -176,10 +201,7 @@ def serve(
     # the GIL up at each of its system calls, gets it back within ~0.1 ms each time
     # (with 0.5 ms a publish reached the first request ~0.5 ms later).
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    # Imported here so `infer --help` stays fast.
-    import uvicorn
-
-    from ckptsync.serving import GraphServable, ModelManager, create_app
+    import uvicorn  # here so `infer --help` stays fast
 
     try:
         servable = GraphServable.from_model_file(model_file, device)
@@ -193,23 +215,10 @@ def serve(
         servable,
         checkpoint_dir,
         "latest" if pinned_version is None else pinned_version,
-        poll=poll,
-        rescan_interval_s=rescan_interval_s,
-        allow_nonfinite=allow_nonfinite,
-        gate=gate_fn,
-        max_load_attempts=max_load_attempts,
-        load_timeout_s=load_timeout_s,
-        free_before_load=free_before_load,
+        options=manager_options,
     )
     name = model_name or os.path.splitext(os.path.basename(model_file))[0]
-    app = create_app(
-        manager,
-        name,
-        max_request_bytes,
-        max_batch_size,
-        own_manager=True,
-        admin_token=admin_token,
-    )
+    app = create_app(manager, name, options=http_options, own_manager=True)
     config = uvicorn.Config(
         app,
         log_level=log_level.lower(),

@@ -4,8 +4,8 @@ TF Serving's nouns, one module each: :mod:`.source` (watch the directory, say wh
 versions exist) -> :mod:`.loader` (read + verify one checkpoint into an immutable
 :class:`Snapshot`) -> :mod:`.manager` (version policy, load thread, atomic swap) ->
 :mod:`.http` (the REST app ``infer serve`` runs); :mod:`.gate` is the optional user check
-before a version is served. :class:`HotReloadingModel` is the
-in-process API.
+before a version is served; :mod:`.options` holds the frozen :class:`ManagerOptions` and
+:class:`HttpOptions`. :class:`HotReloadingModel` is the in-process API.
 
 Example:
     >>> import ckptsync as cs
@@ -18,6 +18,7 @@ from .hot_reload import HotReloadingModel
 from .http import create_app
 from .loader import Snapshot, load_snapshot
 from .manager import ManagerStats, ModelManager, VersionState
+from .options import HttpOptions, ManagerOptions
 from .policy import VersionPolicy
 from .servable import GraphServable, Servable, Signature, TensorSpec, validate_inputs
 from .source import AspiredVersion, AspiredVersions, CheckpointSource
@@ -30,6 +31,8 @@ __all__ = [
     "CheckpointSource",
     "GraphServable",
     "HotReloadingModel",
+    "HttpOptions",
+    "ManagerOptions",
     "ManagerStats",
     "ModelManager",
     "Servable",

@@ -1,7 +1,8 @@
 """Prometheus metrics of the HTTP app: the collector exporting a :class:`ModelManager`'s
 state (served version, reload counters, load durations, checkpoint age, pin, watcher and
 loader health) at scrape time. :func:`.http.create_app` registers it in each app's
-registry, next to the per-route request counter and latency histogram.
+registry, next to the per-route request counter and latency histogram. A private
+module: its names are for this package only.
 """
 
 from __future__ import annotations
@@ -14,9 +15,16 @@ from prometheus_client.registry import Collector
 
 from .manager import ModelManager
 
+__all__ = ["ManagerCollector"]
 
-class _ManagerCollector(Collector):
-    """Exports the manager's state at scrape time."""
+
+class ManagerCollector(Collector):
+    """Exports the manager's state at scrape time.
+
+    Who calls what: the Prometheus registry calls :meth:`collect` at each scrape (on the
+    thread answering ``GET /metrics``); it reads the manager's ``version``, ``stats``,
+    ``current``, ``policy`` and ``health()``, all thread-safe. Holds no state of its own.
+    """
 
     def __init__(self, manager: ModelManager, model_name: str):
         self._manager, self._model = manager, model_name

@@ -2,7 +2,7 @@
 predict fast path (:mod:`._fast_path`).
 
 An exception becomes ``(HTTP status, {"error": message}, extra headers)``: an
-:class:`_HttpError` carries its own status, an ``OpError`` maps by its TF error code, and
+:class:`HttpError` carries its own status, an ``OpError`` maps by its TF error code, and
 anything else is logged (as ``ckptsync.serving.http``) and answered 500.
 """
 
@@ -19,7 +19,21 @@ from .. import errors
 # The logger of the module this code came from, so logging configuration keeps applying.
 logger = logging.getLogger("ckptsync.serving.http")
 
-_HTTP_STATUS = {
+__all__ = [
+    "HTTP_STATUS",
+    "ClientGone",
+    "HttpError",
+    "decode_json",
+    "dumps",
+    "error_response",
+    "json_response",
+    "loads",
+    "map_error",
+    "read_capped_body",
+    "short",
+]
+
+HTTP_STATUS = {
     errors.INVALID_ARGUMENT: 400,
     errors.FAILED_PRECONDITION: 400,
     errors.OUT_OF_RANGE: 400,
@@ -30,71 +44,84 @@ _HTTP_STATUS = {
 }
 
 
-class _HttpError(Exception):
+class HttpError(Exception):
+    """An answer other than 200, raised by a handler: ``status`` (int), ``message`` (the
+    ``"error"`` text), extra ``headers`` (or None)."""
+
     def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
         super().__init__(message)
         self.status, self.message, self.headers = status, message, headers
 
 
 # allow_nan: TF Serving writes NaN/Infinity for non-finite outputs too.
-_dumps = json.JSONEncoder(allow_nan=True, separators=(",", ":")).encode
-_loads = json.loads
+dumps = json.JSONEncoder(allow_nan=True, separators=(",", ":")).encode
+loads = json.loads
 
 
-def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(_dumps(body).encode(), status, headers, media_type="application/json")
+def json_response(
+    body: Any, status: int = 200, headers: dict[str, str] | None = None
+) -> Response:
+    """``body`` as compact JSON (NaN allowed), ``application/json``."""
+    return Response(dumps(body).encode(), status, headers, media_type="application/json")
 
 
-def _error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
-    return _json({"error": message}, status, headers)
+def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+    """``{"error": message}`` with ``status``."""
+    return json_response({"error": message}, status, headers)
 
 
-def _map_error(e: Exception, method: str, path: str) -> tuple[int, str, dict[str, str] | None]:
+def map_error(e: Exception, method: str, path: str) -> tuple[int, str, dict[str, str] | None]:
     """An exception -> (HTTP status, message, extra headers); unexpected ones are logged."""
-    if isinstance(e, _HttpError):
+    if isinstance(e, HttpError):
         return e.status, e.message, e.headers
     if isinstance(e, errors.OpError):
-        return _HTTP_STATUS.get(e.error_code, 500), e.message, None
+        return HTTP_STATUS.get(e.error_code, 500), e.message, None
     logger.exception("unexpected error answering %s %s", method, path)
     return 500, f"internal error: {type(e).__name__}: {e}", None
 
 
-def _decode_json(body: bytes) -> Any:
+def decode_json(body: bytes) -> Any:
+    """The parsed JSON ``body``.
+
+    Raises:
+        HttpError: 400, not valid JSON (or nesting too deeply).
+    """
     try:
-        return _loads(body)
+        return loads(body)
     except RecursionError:
-        raise _HttpError(400, "request body is not valid JSON: it nests too deeply") from None
+        raise HttpError(400, "request body is not valid JSON: it nests too deeply") from None
     except (UnicodeDecodeError, ValueError) as e:  # JSONDecodeError is a ValueError
-        raise _HttpError(400, f"request body is not valid JSON: {e}") from None
+        raise HttpError(400, f"request body is not valid JSON: {e}") from None
 
 
-def _short(value: Any) -> str:
-    text = _dumps(value) if not isinstance(value, bytes) else repr(value)
+def short(value: Any) -> str:
+    """``value`` as JSON for an error message, cut to 60 characters."""
+    text = dumps(value) if not isinstance(value, bytes) else repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-class _ClientGone(Exception):
+class ClientGone(Exception):
     """The client disconnected before its request body was complete."""
 
 
-async def _read_capped_body(headers: Any, receive: Any, cap: int) -> bytes:
+async def read_capped_body(headers: Any, receive: Any, cap: int) -> bytes:
     """The ASGI request body, refused with 413 past ``cap`` bytes: by a declared
     Content-Length before reading, and by counting while the body streams in.
 
     Raises:
-        _HttpError: 400 for a non-integer Content-Length, 413 over the cap.
-        _ClientGone: the client went away mid-body.
+        HttpError: 400 for a non-integer Content-Length, 413 over the cap.
+        ClientGone: the client went away mid-body.
     """
     for key, value in headers:
         if key == b"content-length":
             try:
                 declared = int(value)
             except ValueError:
-                raise _HttpError(
+                raise HttpError(
                     400, f"Content-Length must be an integer, got {value.decode('latin-1')!r}"
                 ) from None
             if declared > cap:
-                raise _HttpError(
+                raise HttpError(
                     413, f"request body of {declared} bytes exceeds the limit of {cap} bytes"
                 )
     chunks: list[bytes] = []
@@ -102,11 +129,11 @@ async def _read_capped_body(headers: Any, receive: Any, cap: int) -> bytes:
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            raise _ClientGone
+            raise ClientGone
         chunk = message.get("body", b"")
         total += len(chunk)
         if total > cap:
-            raise _HttpError(413, f"request body exceeds the limit of {cap} bytes")
+            raise HttpError(413, f"request body exceeds the limit of {cap} bytes")
         chunks.append(chunk)
         if not message.get("more_body", False):
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)

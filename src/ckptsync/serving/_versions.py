@@ -1,12 +1,13 @@
-"""The version records of a :class:`~.manager.ModelManager` and their bookkeeping.
+"""The version book of a :class:`~.manager.ModelManager`: which versions it has tried, in
+which state, and the one it serves.
 
-Holds :class:`VersionState` and :class:`ManagerStats` (re-exported by :mod:`.manager`),
-one ``_Record`` per version the manager has tried, and :class:`_VersionBook`, the base of
-``ModelManager`` with the methods over those records: the ``status`` list, failure and
-retry bookkeeping (exponential backoff, give up after ``max_load_attempts`` until the file
-changes), which candidate to load next, retiring an old snapshot (UNLOADING -> END when
-its last request drops it), the stuck-load watchdog and ``health``. ``ModelManager`` sets
-every attribute ``_VersionBook`` declares; nothing else uses this module.
+Holds :class:`VersionState` and :class:`ManagerStats` (re-exported by :mod:`.manager` and
+the package), :class:`VersionRecord` (one per version tried) and :class:`VersionBook`,
+the record keeping the manager owns and calls: the ``status`` list, failure and retry
+bookkeeping (exponential backoff, give up after ``max_load_attempts`` until the file
+changes), which candidate to load next, the swap, retiring an old snapshot (UNLOADING ->
+END when its last request drops it), and the stuck-load watchdog. It starts no thread and
+knows no source, reader or HTTP; the manager is its only caller.
 """
 
 from __future__ import annotations
@@ -18,17 +19,18 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..checkpoint._read_process import CheckpointReadProcess
 from ..errors import DEADLINE_EXCEEDED, NotFoundError, error_code_name
-from ._source_process import ProcessCheckpointSource
 from .loader import Snapshot
-from .policy import VersionPolicy
-from .source import AspiredVersion, AspiredVersions, CheckpointSource
+from .options import ManagerOptions
+from .source import AspiredVersion
 
-# The logger of the module this code came from, so logging configuration keeps applying.
+__all__ = ["ManagerStats", "VersionBook", "VersionRecord", "VersionState"]
+
+# The manager's logger, so logging configuration of ckptsync.serving.manager applies.
 logger = logging.getLogger("ckptsync.serving.manager")
 
 
@@ -43,7 +45,14 @@ class VersionState(enum.IntEnum):
 
 @dataclass
 class ManagerStats:
-    """Counters for metrics (a copy; read with :attr:`ModelManager.stats`)."""
+    """Counters for metrics (a copy; read with :attr:`ModelManager.stats`).
+
+    Attributes:
+        reloads_succeeded / reloads_failed / reloads_rejected: loads by result (rejected:
+            refused by the gate).
+        load_duration_s_sum: read+verify time of the successful loads, seconds.
+        last_load_duration_s: that of the last successful load, seconds.
+    """
 
     reloads_succeeded: int = 0
     reloads_failed: int = 0
@@ -53,78 +62,88 @@ class ManagerStats:
 
 
 @dataclass
-class _Record:
+class VersionRecord:
+    """What the book knows of one version (mutable; changed only under the book's lock,
+    except the UNLOADING -> END step of a finalizer, one atomic attribute store).
+
+    Attributes:
+        version: the global step.
+        prefix: the checkpoint prefix (``ckpts/model.ckpt-1200``).
+        state: where it is in its life.
+        error_code / error_message: TF error code and message of its last failure (0, "").
+        failures: failed loads since its last success or file change.
+        retry_at_s: ``time.monotonic()`` after which a failed version is retried (inf:
+            given up until its file changes).
+        file_sig: (inode, size, mtime_ns) of the file that failed, or None.
+        finished_seq: the book's load counter when its last load ended.
+    """
+
     version: int
     prefix: str
     state: VersionState
     error_code: int = 0
     error_message: str = ""
     failures: int = 0
-    retry_at_s: float = 0.0  # time.monotonic() after which a failed version is retried
-    file_sig: tuple[int, int, int] | None = None  # the file that failed (inode, size, mtime)
-    finished_seq: int = 0  # the manager's load counter when its last load ended
+    retry_at_s: float = 0.0
+    file_sig: tuple[int, int, int] | None = None
+    finished_seq: int = 0
 
 
+class VersionBook:
+    """The version records of one manager, and the snapshot it serves.
 
-class _VersionBook:
-    """The version-record half of ``ModelManager``: status, retries, retirement, watchdog."""
+    Who calls what (the manager is the only caller)::
 
-    source_dir: str
-    _policy: VersionPolicy
-    _retry_initial_s: float
-    _retry_max_s: float
-    _max_status_versions: int
-    _max_load_attempts: int
-    _load_timeout_s: float | None
-    _unload_wait_s: float
-    _poll: bool
-    _cond: threading.Condition
-    _current: Snapshot | None
-    _listing: AspiredVersions
-    _records: dict[int, _Record]
-    _stats: ManagerStats
-    _seq: int
-    _loading: tuple[_Record, float] | None
-    _stuck: bool
-    _unloading: list[weakref.ref[Snapshot]]
-    _freed: threading.Event
-    _stop: bool
-    _thread: threading.Thread | None
-    _source: CheckpointSource | ProcessCheckpointSource
-    _reader: CheckpointReadProcess | None
+        load thread:  next_target(candidates) -> begin_load(target) -> watch(rec)
+                      -> [read + verify + gate] -> swap(rec, snap) | failed(rec, ...)
+                      -> unwatch()
+        before loads: retire_current(keep) (free_before_load), wait_for_old_snapshots()
+        any thread:   current (the request path), status(), loading(), stats,
+                      reset_retries(v), load_error_since(v, seq), last_error()
+        finalizers:   a retired snapshot's last drop marks its record END
 
-    def health(self) -> dict[str, Any]:
-        """Liveness of the watcher and the loader, for ``/healthz`` and metrics.
+    The manager waits on :attr:`cond` (and guards its own policy and listing with it), so a
+    swap or a failure wakes ``pin`` and ``wait_for_version``.
 
-        Returns:
-            ``{"watcher": {"alive", "mode" ("events"|"poll"), "restarts", "state_error"},
-            "loader": {"alive", "loading_version", "loading_for_s", "stuck",
-            "reader_restarts"}}`` (``reader_restarts``: checkpoint reader processes
-            replaced after dying; a dead idle one is replaced by this call).
-        """
-        self._check_watchdog()
-        reader = self._reader
-        if reader is not None:
-            reader.check()
-        with self._cond:
-            loading = self._loading
-            thread_alive = bool(self._thread and self._thread.is_alive())
-            stuck = self._stuck
-        return {
-            "watcher": {
-                "alive": self._source.alive,
-                "mode": "poll" if self._poll else "events",
-                "restarts": self._source.observer_restarts,
-                "state_error": self._source.state_error,
-            },
-            "loader": {
-                "alive": thread_alive and not stuck,
-                "loading_version": None if loading is None else loading[0].version,
-                "loading_for_s": 0.0 if loading is None else time.monotonic() - loading[1],
-                "stuck": stuck,
-                "reader_restarts": 0 if reader is None else reader.restarts,
-            },
-        }
+    Args:
+        options: the manager's options (retry delays, attempts, status size, load
+            timeout, unload wait).
+
+    Thread-safety: every method may be called from any thread; each takes :attr:`cond`
+    (re-entrant) itself. :attr:`current` is one attribute, read without the lock.
+    """
+
+    def __init__(self, options: ManagerOptions):
+        self._options = options
+        self.cond = threading.Condition(threading.RLock())
+        #: The snapshot being served, or None; replaced (never mutated) by :meth:`swap`.
+        self.current: Snapshot | None = None
+        #: The last version swapped in; kept by free_before_load, unlike ``current``.
+        self.last_served: int | None = None
+        #: Loads finished, successful or not.
+        self.seq = 0
+        #: True once :meth:`close` ran: waits end and nothing new is swapped in.
+        self.closed = False
+        self._records: dict[int, VersionRecord] = {}
+        self._stats = ManagerStats()
+        self._loading: tuple[VersionRecord, float] | None = None  # (record, monotonic start)
+        self._stuck = False  # the watchdog fired for the load in progress
+        self._unloading: list[weakref.ref[Snapshot]] = []
+        self._freed = threading.Event()
+
+    def close(self) -> None:
+        """Ends every wait (``cond``, old snapshots); :meth:`swap` refuses from now on."""
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+        self._freed.set()
+
+    # -- reading -----------------------------------------------------------------------
+    @property
+    def stats(self) -> ManagerStats:
+        """A copy of the reload counters."""
+        with self.cond:
+            return ManagerStats(**vars(self._stats))
 
     def status(self, version: int | None = None) -> list[dict[str, Any]]:
         """TF Serving's ``model_version_status`` list, newest first.
@@ -133,10 +152,10 @@ class _VersionBook:
         "OK", "error_message": ""}}``.
 
         Raises:
-            NotFoundError: ``version`` was given and the manager has no record of it.
+            NotFoundError: ``version`` was given and the book has no record of it.
         """
-        self._check_watchdog()
-        with self._cond:
+        self.check_watchdog()
+        with self.cond:
             records = sorted(self._records.values(), key=lambda r: -r.version)
             if version is not None:
                 records = [r for r in records if r.version == version]
@@ -154,66 +173,199 @@ class _VersionBook:
                 for r in records
             ]
 
-    def _next_target(self) -> tuple[AspiredVersion | None, float | None]:
-        """(version to load, None) or (None, seconds until a retry is due or None)."""
+    def loading(self) -> tuple[int | None, float, bool]:
+        """(version being loaded or None, for how long in seconds, stuck) — after running
+        the watchdog."""
+        self.check_watchdog()
+        with self.cond:
+            loading, stuck = self._loading, self._stuck
+        if loading is None:
+            return None, 0.0, stuck
+        return loading[0].version, time.monotonic() - loading[1], stuck
+
+    @property
+    def stuck(self) -> bool:
+        """True when the watchdog fired for the load in progress (after running it)."""
+        self.check_watchdog()
+        return self._stuck
+
+    def load_error_since(self, version: int, seq: int) -> str | None:
+        """The error of ``version``'s load if one finished after ``seq`` and failed."""
+        with self.cond:
+            rec = self._records.get(version)
+            if rec is not None and rec.finished_seq > seq and rec.error_code:
+                return rec.error_message
+            return None
+
+    def last_error(self) -> str | None:
+        """The error message of the most recently created record that has one, or None."""
+        with self.cond:
+            errors = [r for r in self._records.values() if r.error_message]
+            return errors[-1].error_message if errors else None
+
+    # -- the load thread ---------------------------------------------------------------
+    def next_target(
+        self, candidates: Sequence[AspiredVersion]
+    ) -> tuple[AspiredVersion | None, float | None]:
+        """Which of the policy's ``candidates`` (most wanted first) to load now.
+
+        Returns:
+            ``(version to load, None)``, or ``(None, seconds until a retry is due or None)``
+            when the best loadable one is served or every one waits for a retry.
+        """
         now = time.monotonic()
         wait_s: float | None = None
-        current = self._current
-        for cand in self._policy.candidates(self._listing, self.source_dir):
-            if current is not None and (cand.version, cand.prefix) == (
-                current.version,
-                current.prefix,
-            ):
-                return None, wait_s
-            rec = self._records.get(cand.version)
-            if rec is not None and rec.prefix == cand.prefix and rec.retry_at_s > now:
-                if rec.retry_at_s == math.inf:  # given up: only a changed file is retried
-                    sig = _file_sig(cand.prefix)
-                    if sig is not None and sig != rec.file_sig:
-                        rec.failures, rec.retry_at_s = 0, 0.0
-                        return cand, None
-                    left = self._retry_max_s
-                else:
-                    left = rec.retry_at_s - now
-                wait_s = left if wait_s is None else min(wait_s, left)
-                continue
-            return cand, None
-        return None, wait_s
+        with self.cond:
+            current = self.current
+            for cand in candidates:
+                if current is not None and (cand.version, cand.prefix) == (
+                    current.version,
+                    current.prefix,
+                ):
+                    return None, wait_s
+                rec = self._records.get(cand.version)
+                if rec is not None and rec.prefix == cand.prefix and rec.retry_at_s > now:
+                    if rec.retry_at_s == math.inf:  # given up: only a changed file is retried
+                        sig = _file_sig(cand.prefix)
+                        if sig is not None and sig != rec.file_sig:
+                            rec.failures, rec.retry_at_s = 0, 0.0
+                            return cand, None
+                        left = self._options.retry_max_s
+                    else:
+                        left = rec.retry_at_s - now
+                    wait_s = left if wait_s is None else min(wait_s, left)
+                    continue
+                return cand, None
+            return None, wait_s
 
-    def _failed(
+    def begin_load(self, target: AspiredVersion) -> VersionRecord:
+        """The record of ``target`` (a new one if its prefix changed), now LOADING."""
+        with self.cond:
+            rec = self._records.get(target.version)
+            if rec is None or rec.prefix != target.prefix:
+                rec = self._records[target.version] = VersionRecord(
+                    target.version, target.prefix, VersionState.LOADING
+                )
+            rec.state = VersionState.LOADING
+            return rec
+
+    def watch(self, rec: VersionRecord) -> None:
+        """Starts the watchdog's clock on ``rec``'s load."""
+        with self.cond:
+            self._loading = (rec, time.monotonic())
+
+    def unwatch(self) -> None:
+        """Stops the watchdog's clock (the load ended, one way or another)."""
+        with self.cond:
+            self._loading, self._stuck = None, False
+
+    def swap(self, rec: VersionRecord, snap: Snapshot) -> tuple[bool, int | None]:
+        """Serves ``snap`` (the version of ``rec``) and retires the old snapshot.
+
+        Returns:
+            ``(swapped, the version served before)``; not swapped once closed.
+        """
+        with self.cond:
+            if self.closed:  # closed while loading: serve nothing new
+                return False, self.last_served
+            old, self.current = self.current, snap  # the swap
+            previous, self.last_served = self.last_served, snap.version
+            rec.state, rec.error_code, rec.error_message = VersionState.AVAILABLE, 0, ""
+            rec.failures, rec.retry_at_s = 0, 0.0
+            self.seq += 1
+            rec.finished_seq = self.seq
+            self._stats.reloads_succeeded += 1
+            self._stats.load_duration_s_sum += snap.load_duration_s
+            self._stats.last_load_duration_s = snap.load_duration_s
+            if old is not None and old is not snap:
+                self._retire(old)
+            self._prune()
+            self.cond.notify_all()
+            return True, previous
+
+    def failed(
         self,
-        rec: _Record,
+        rec: VersionRecord,
         code: int,
         message: str,
         vanished: bool = False,
         rejected: bool = False,
     ) -> None:
-        with self._cond:
+        """Records a failed (or, ``rejected``, gate-refused) load of ``rec`` and when to
+        retry it: soon if its file ``vanished``, when the file changes if rejected or after
+        ``max_load_attempts``, else after an exponential backoff."""
+        opts = self._options
+        with self.cond:
             if self._stuck:  # the watchdog already reported this load and counted it
                 self._stats.reloads_failed -= 1
             rec.state, rec.error_code, rec.error_message = VersionState.END, code, message
             rec.failures += 1
             rec.file_sig = _file_sig(rec.prefix)
             if vanished:
-                rec.retry_at_s = time.monotonic() + self._retry_max_s
+                rec.retry_at_s = time.monotonic() + opts.retry_max_s
             elif rejected:  # a gate's verdict is deterministic: retried when the file changes
                 rec.retry_at_s = math.inf
-            elif rec.failures >= self._max_load_attempts:
+            elif rec.failures >= opts.max_load_attempts:
                 rec.retry_at_s = math.inf
                 rec.error_message += (
                     f" (gave up after {rec.failures} attempts; retried when the file changes)"
                 )
             else:
-                delay = min(self._retry_max_s, self._retry_initial_s * 2 ** (rec.failures - 1))
+                delay = min(opts.retry_max_s, opts.retry_initial_s * 2 ** (rec.failures - 1))
                 rec.retry_at_s = time.monotonic() + delay
-            self._seq += 1
-            rec.finished_seq = self._seq
+            self.seq += 1
+            rec.finished_seq = self.seq
             if rejected:
                 self._stats.reloads_rejected += 1
             else:
                 self._stats.reloads_failed += 1
             self._prune()
-            self._cond.notify_all()
+            self.cond.notify_all()
+
+    def abandon(self, rec: VersionRecord) -> None:
+        """Ends ``rec`` after an unexpected error in the manager; retried in a second."""
+        with self.cond:
+            rec.state, rec.retry_at_s = VersionState.END, time.monotonic() + 1.0
+
+    def reset_retries(self, version: int) -> None:
+        """An explicit request (a pin): a failed ``version`` is tried again at once."""
+        with self.cond:
+            rec = self._records.get(version)
+            if rec is not None and rec.error_code:
+                rec.failures, rec.retry_at_s = 0, 0.0
+
+    # -- memory: retiring old snapshots --------------------------------------------------
+    def retire_current(self, keep: AspiredVersion) -> int | None:
+        """free_before_load: stops serving the current snapshot before ``keep`` is loaded.
+
+        Returns:
+            The version no longer served, or None (nothing served, or it is ``keep``).
+        """
+        with self.cond:
+            old = self.current
+            if old is None or (old.version, old.prefix) == (keep.version, keep.prefix):
+                return None
+            self.current = None
+            self._retire(old)
+            return old.version
+
+    def wait_for_old_snapshots(self) -> None:
+        """Waits until no retired snapshot is still held by a request (old + new at most),
+        up to ``unload_wait_s`` (then logs a warning and returns)."""
+        wait_s = self._options.unload_wait_s
+        deadline = time.monotonic() + wait_s
+        while True:
+            with self.cond:
+                self._unloading = [r for r in self._unloading if r() is not None]
+                if not self._unloading or self.closed:
+                    return
+            if time.monotonic() > deadline:
+                logger.warning(
+                    "a request has held an old snapshot for over %.0f s; loading anyway", wait_s
+                )
+                return
+            self._freed.wait(0.01)
+            self._freed.clear()
 
     def _retire(self, old: Snapshot) -> None:
         """Marks ``old`` UNLOADING until its last request drops it (then END). Holds the lock."""
@@ -225,52 +377,25 @@ class _VersionBook:
             weakref.finalize(old, self._freed.set)
         self._unloading.append(weakref.ref(old))
 
-    def _retire_current(self, keep: AspiredVersion) -> None:
-        """free_before_load: stop serving the current snapshot before loading ``keep``."""
-        with self._cond:
-            old = self._current
-            if old is None or (old.version, old.prefix) == (keep.version, keep.prefix):
-                return
-            self._current = None
-            self._retire(old)
-        logger.info("free_before_load: stopped serving version %d to load %d", old.version,
-                    keep.version)
-        del old
-
-    def _wait_for_old_snapshots(self) -> None:
-        """Waits until no retired snapshot is still held by a request (old + new at most)."""
-        deadline = time.monotonic() + self._unload_wait_s
-        while True:
-            with self._cond:
-                self._unloading = [r for r in self._unloading if r() is not None]
-                if not self._unloading or self._stop:
-                    return
-            if time.monotonic() > deadline:
-                logger.warning(
-                    "a request has held an old snapshot for over %.0f s; loading anyway",
-                    self._unload_wait_s,
-                )
-                return
-            self._freed.wait(0.01)
-            self._freed.clear()
-
-    def _check_watchdog(self) -> None:
+    # -- the watchdog --------------------------------------------------------------------
+    def check_watchdog(self) -> None:
         """Reports a load running past ``load_timeout_s`` (lazily: from status, health)."""
-        if self._load_timeout_s is None:
+        timeout_s = self._options.load_timeout_s
+        if timeout_s is None:
             return
-        with self._cond:
+        with self.cond:
             if self._loading is None or self._stuck:
                 return
             rec, started = self._loading
             elapsed = time.monotonic() - started
-            if elapsed <= self._load_timeout_s:
+            if elapsed <= timeout_s:
                 return
             self._stuck = True
-            serving = "nothing" if self._current is None else f"version {self._current.version}"
+            serving = "nothing" if self.current is None else f"version {self.current.version}"
             rec.state, rec.error_code = VersionState.END, DEADLINE_EXCEEDED
             rec.error_message = (
                 f"loading {rec.prefix}.h5 has taken {elapsed:.0f} s, more than "
-                f"load_timeout_s={self._load_timeout_s:g}; the loader thread is stuck (a "
+                f"load_timeout_s={timeout_s:g}; the loader thread is stuck (a "
                 f"damaged file can hang the HDF5 library) and no newer version can load; "
                 f"still serving {serving}; restart the server"
             )
@@ -283,7 +408,7 @@ class _VersionBook:
             (r for r in self._records.values() if r.state == VersionState.END),
             key=lambda r: r.version,
         )
-        for r in done[: max(0, len(done) - self._max_status_versions)]:
+        for r in done[: max(0, len(done) - self._options.max_status_versions)]:
             del self._records[r.version]
 
 
@@ -295,7 +420,7 @@ def _file_sig(prefix: str) -> tuple[int, int, int] | None:
     return st.st_ino, st.st_size, st.st_mtime_ns
 
 
-def _mark_end(rec: _Record, freed: threading.Event) -> None:
+def _mark_end(rec: VersionRecord, freed: threading.Event) -> None:
     # Runs when the last request holding the old snapshot drops it; an attribute store is
     # atomic, so no lock (the finalizer may run on any thread, even one holding the lock).
     if rec.state == VersionState.UNLOADING:

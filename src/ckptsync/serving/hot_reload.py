@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from .manager import ModelManager
+from .options import ManagerOptions, apply_overrides
 from .policy import VersionPolicy
 from .servable import GraphServable, Servable, validate_inputs
 
@@ -33,12 +34,18 @@ class HotReloadingModel:
             mode)`` callable, or a ready :class:`~ckptsync.serving.Servable`.
         checkpoint_dir: the directory the trainer saves into (may not exist yet).
         device: TF device name the PREDICT graph is built on, e.g. ``"cpu:0"``.
-        poll: watch by polling (NFS, no inotify).
+        poll: watch by polling (NFS, no inotify); None: as ``options`` says (False).
         policy: ``"latest"`` or a pinned version.
-        rescan_interval_s: backstop rescan period, seconds.
-        allow_nonfinite: accept checkpoints holding NaN/Inf.
-        **manager_kwargs: further :class:`ModelManager` options (``gate``,
-            ``max_load_attempts``, ``load_timeout_s``, ``free_before_load``, retry delays).
+        rescan_interval_s: backstop rescan period, seconds; None: as ``options`` (1.0).
+        allow_nonfinite: accept checkpoints holding NaN/Inf; None: as ``options`` (False).
+        options: the manager's :class:`~.options.ManagerOptions` (None: the defaults).
+        **manager_kwargs: further :class:`~.options.ManagerOptions` fields, applied over
+            ``options`` (``gate``, ``max_load_attempts``, ``load_timeout_s``,
+            ``free_before_load``, retry delays, ...).
+
+    Raises:
+        TypeError: ``model`` is none of the three kinds, or an unknown option.
+        ValueError: an option out of range.
 
     Thread-safety: ``predict`` may be called from many threads at once; each call runs on
     one snapshot. Loading happens on a background thread, started here; call
@@ -50,12 +57,19 @@ class HotReloadingModel:
         model: str | os.PathLike[str] | Callable[..., Any] | Servable,
         checkpoint_dir: str | os.PathLike[str],
         device: str = "cpu:0",
-        poll: bool = False,
+        poll: bool | None = None,
         policy: str | int | VersionPolicy = "latest",
-        rescan_interval_s: float = 1.0,
-        allow_nonfinite: bool = False,
+        rescan_interval_s: float | None = None,
+        allow_nonfinite: bool | None = None,
+        *,
+        options: ManagerOptions | None = None,
         **manager_kwargs: Any,
     ):
+        given = {"poll": poll, "rescan_interval_s": rescan_interval_s,
+                 "allow_nonfinite": allow_nonfinite}
+        manager_kwargs.update({k: v for k, v in given.items() if v is not None})
+        # Validated before the servable is built, so a bad option leaks no session.
+        options = apply_overrides(ManagerOptions, options, manager_kwargs, "HotReloadingModel")
         self._owns_servable = not isinstance(model, Servable)
         if isinstance(model, Servable):
             self.servable = model
@@ -69,13 +83,7 @@ class HotReloadingModel:
                 f"got {type(model).__name__}"
             )
         self.manager = ModelManager(
-            self.servable,
-            checkpoint_dir,
-            policy,
-            poll=poll,
-            rescan_interval_s=rescan_interval_s,
-            allow_nonfinite=allow_nonfinite,
-            **manager_kwargs,
+            self.servable, checkpoint_dir, policy, options=options
         ).start()
 
     def predict(self, inputs: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], int]:

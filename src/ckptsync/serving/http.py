@@ -24,9 +24,11 @@ which is faster than a thread hop; bigger requests run in starlette's thread poo
 do not stall other connections. Either way the request acquires one snapshot and finishes
 on it.
 
-The predict route is normally answered by :mod:`._fast_path` (plain ASGI); the Prometheus
-collector of the manager's state is in :mod:`._metrics`, and the JSON and error helpers in
-:mod:`._responses`.
+One path per request: ``:predict`` is answered only by :class:`._predict.PredictHandler`
+(plain ASGI, ahead of starlette's middleware and routing: the hot path); every other route
+is a starlette route below. The Prometheus collector of the manager's state is in
+:mod:`._metrics`, the JSON and error helpers in :mod:`._responses`, and the caps and the
+admin token in :class:`~.options.HttpOptions`.
 
 Example:
     >>> app = create_app(manager, "mlp")  # doctest: +SKIP
@@ -56,39 +58,47 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import errors
-from ._fast_path import _PredictFastPath
-from ._metrics import _ManagerCollector
+from ._metrics import ManagerCollector
+from ._predict import PredictHandler
 from ._responses import (
-    _ClientGone,
-    _decode_json,
-    _dumps,
-    _error,
-    _HttpError,
-    _json,
-    _map_error,
-    _read_capped_body,
-    _short,
+    ClientGone,
+    HttpError,
+    decode_json,
+    dumps,
+    error_response,
+    json_response,
+    map_error,
+    read_capped_body,
+    short,
 )
 from .manager import ModelManager
+from .options import HttpOptions, apply_overrides
 from .rest_codec import format_predict_response, parse_predict_request
 
 __all__ = ["create_app"]
 
 
-class _Api:
-    def __init__(
-        self,
-        manager: ModelManager,
-        model_name: str,
-        max_request_bytes: int,
-        max_batch_size: int,
-        inline_max_body_bytes: int,
-        admin_token: str | None,
-    ):
-        self.manager, self.model_name = manager, model_name
-        self.max_request_bytes, self.max_batch_size = max_request_bytes, max_batch_size
-        self.inline_max_body_bytes = inline_max_body_bytes
-        self._admin_token = None if admin_token is None else admin_token.encode()
+class RestApi:
+    """The handlers of the REST routes over one manager, and the app's metrics.
+
+    Args:
+        manager: the model manager.
+        model_name: the ``{name}`` in URLs.
+        options: body and batch caps, the inline threshold, the admin token.
+
+    Who calls what: :func:`create_app` wraps each handler with :meth:`endpoint` into a
+    starlette route; :class:`~._predict.PredictHandler` calls :meth:`check_name`,
+    :meth:`predict_bytes` and :meth:`count`. Thread-safety: handlers hold no per-request
+    state; :meth:`predict_bytes` may run on the event loop or a pool thread at once.
+    """
+
+    def __init__(self, manager: ModelManager, model_name: str, options: HttpOptions):
+        self.manager, self.model_name, self.options = manager, model_name, options
+        self.max_request_bytes = options.max_request_bytes
+        self.max_batch_size = options.max_batch_size
+        self.inline_max_body_bytes = options.inline_max_body_bytes
+        token = options.admin_token
+        self._admin_token = None if token is None else token.encode()
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
             "ckptsync_http_requests",
@@ -103,10 +113,11 @@ class _Api:
             registry=self.registry,
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
         )
-        self.registry.register(_ManagerCollector(manager, model_name))
+        self.registry.register(ManagerCollector(manager, model_name))
         self._counters: dict[tuple[str, int], Any] = {}  # labels() children, cached
 
     def count(self, route: str, status: int) -> None:
+        """Counts one answer of ``route`` with HTTP ``status``."""
         child = self._counters.get((route, status))
         if child is None:
             child = self._counters[(route, status)] = self.requests.labels(route, str(status))
@@ -124,8 +135,8 @@ class _Api:
             try:
                 response = await fn(request)
             except Exception as e:
-                status, message, headers = _map_error(e, request.method, request.url.path)
-                response = _error(status, message, headers)
+                status, message, headers = map_error(e, request.method, request.url.path)
+                response = error_response(status, message, headers)
             self.count(route, response.status_code)
             observe(perf_counter() - start)
             return response
@@ -138,34 +149,31 @@ class _Api:
         return version
 
     def check_name(self, name: str) -> None:
+        """Raises HttpError 404 unless ``name`` is the model (405 for ``name:verb``)."""
         base, sep, verb = name.rpartition(":")
         if sep and base == self.model_name and verb in ("predict", "pin", "unpin"):
-            raise _HttpError(405, f"method not allowed: ':{verb}' takes POST")
+            raise HttpError(405, f"method not allowed: ':{verb}' takes POST")
         if name != self.model_name:
-            raise _HttpError(
+            raise HttpError(
                 404, f'model "{name}" not found; this server serves "{self.model_name}"'
             )
 
     async def _read_body(self, request: Request) -> bytes:
         try:
-            return await _read_capped_body(request.scope["headers"], request.receive,
+            return await read_capped_body(request.scope["headers"], request.receive,
                                            self.max_request_bytes)
-        except _ClientGone:
+        except ClientGone:
             raise ClientDisconnect() from None
 
-    async def predict(self, request: Request) -> Response:
-        # Normally answered by _PredictFastPath; this route serves apps mounted without it.
-        version = self._check_model(request)
-        body = await self._read_body(request)
-        if len(body) <= self.inline_max_body_bytes:
-            data, served = self.predict_bytes(body, version)
-        else:
-            data, served = await run_in_threadpool(self.predict_bytes, body, version)
-        return Response(data, 200, {"X-Model-Version": served}, media_type="application/json")
-
     def predict_bytes(self, body: bytes, version: int | None) -> tuple[bytes, str]:
-        """One predict: request body -> (answer body, served version). Raises on errors."""
-        payload = _decode_json(body)
+        """One predict: request body -> (answer body, served version as a str).
+
+        Raises:
+            HttpError: 400, the body is not JSON or its inputs cannot be read.
+            OpError: InvalidArgumentError (inputs against the signature), UnavailableError
+                or NotFoundError (from ``manager.acquire``).
+        """
+        payload = decode_json(body)
         servable = self.manager.servable
         try:
             inputs, row_format = parse_predict_request(
@@ -174,29 +182,29 @@ class _Api:
         except (RecursionError, ValueError, TypeError, OverflowError) as e:
             if isinstance(e, errors.OpError):
                 raise
-            raise _HttpError(400, f"cannot read the request's inputs: {e}") from None
+            raise HttpError(400, f"cannot read the request's inputs: {e}") from None
         snap = self.manager.acquire(version)  # the one snapshot this request runs on
         outputs = servable.run(snap.params, inputs)
         batch = len(payload["instances"]) if row_format else None
         answer = format_predict_response(outputs, row_format, batch)
         answer["model_version"] = snap.version
-        return _dumps(answer).encode(), str(snap.version)
+        return dumps(answer).encode(), str(snap.version)
 
     async def unknown_verb(self, request: Request) -> Response:
         """POST to ``/v1/models/{name}[:verb]`` other than :predict/:pin/:unpin."""
         name = request.path_params["name"]
         base, sep, verb = name.rpartition(":")
         if sep and base == self.model_name:
-            raise _HttpError(
+            raise HttpError(
                 404, f"':{verb}' is not supported by this server (TF Serving's :classify and "
                 ":regress are not implemented); use ':predict'"
             )
         self.check_name(name)
-        raise _HttpError(405, "method not allowed: POST to a model needs a verb, e.g. ':predict'")
+        raise HttpError(405, "method not allowed: POST to a model needs a verb, e.g. ':predict'")
 
     async def status(self, request: Request) -> Response:
         version = self._check_model(request)
-        return _json({"model_version_status": self.manager.status(version)})
+        return json_response({"model_version_status": self.manager.status(version)})
 
     async def metadata(self, request: Request) -> Response:
         version = self._check_model(request)
@@ -205,7 +213,7 @@ class _Api:
             served = self.manager.acquire(version).version
         else:
             served = self.manager.version
-        return _json(
+        return json_response(
             {
                 "model_spec": {
                     "name": self.model_name,
@@ -224,14 +232,14 @@ class _Api:
 
     def _authorize(self, request: Request) -> None:
         if self._admin_token is None:
-            raise _HttpError(
+            raise HttpError(
                 404,
                 f"{request.url.path}: admin endpoints are disabled; start the server with "
                 "--admin-token to enable :pin and :unpin",
             )
         auth = request.headers.get("authorization")
         if not auth:
-            raise _HttpError(
+            raise HttpError(
                 401,
                 'admin endpoint needs an "Authorization: Bearer <token>" header, got none',
                 {"WWW-Authenticate": 'Bearer realm="ckptsync"'},
@@ -240,47 +248,47 @@ class _Api:
         given = token.strip().encode("utf-8", "surrogateescape")
         ok = hmac.compare_digest(given, self._admin_token)  # constant time
         if scheme.lower() != "bearer" or not ok:
-            raise _HttpError(403, "the admin token in the Authorization header is not valid")
+            raise HttpError(403, "the admin token in the Authorization header is not valid")
 
     async def pin(self, request: Request) -> Response:
         self._authorize(request)
         self._check_model(request)
-        payload = _decode_json(await self._read_body(request))
+        payload = decode_json(await self._read_body(request))
         if not isinstance(payload, dict) or "version" not in payload:
-            raise _HttpError(
-                400, f'pin body must be an object {{"version": N}}, got {_short(payload)}'
+            raise HttpError(
+                400, f'pin body must be an object {{"version": N}}, got {short(payload)}'
             )
         version = payload["version"]
         if isinstance(version, str) and version.isdigit():
             version = int(version)
         if isinstance(version, bool) or not isinstance(version, int) or version < 0:
-            raise _HttpError(
-                400, f'"version" must be an integer >= 0 (a global step), got {_short(version)}'
+            raise HttpError(
+                400, f'"version" must be an integer >= 0 (a global step), got {short(version)}'
             )
         timeout_s = payload.get("timeout_s", 30.0)
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not (
             0 < timeout_s <= 600
         ):
-            raise _HttpError(
-                400, f'"timeout_s" must be a number in (0, 600], got {_short(timeout_s)}'
+            raise HttpError(
+                400, f'"timeout_s" must be a number in (0, 600], got {short(timeout_s)}'
             )
         try:
             snap = await run_in_threadpool(self.manager.pin, version, float(timeout_s))
         except errors.FailedPreconditionError as e:
-            raise _HttpError(409, e.message) from None
-        return _json({"policy": "pinned", "pinned_version": version, "model_version": snap.version})
+            raise HttpError(409, e.message) from None
+        return json_response({"policy": "pinned", "pinned_version": version, "model_version": snap.version})
 
     async def unpin(self, request: Request) -> Response:
         self._authorize(request)
         self._check_model(request)
         self.manager.unpin()
-        return _json({"policy": "latest", "model_version": self.manager.version})
+        return json_response({"policy": "latest", "model_version": self.manager.version})
 
     async def healthz(self, request: Request) -> Response:
         health = self.manager.health()
         watcher, loader = health["watcher"], health["loader"]
         if watcher["alive"] and loader["alive"]:
-            return _json({"status": "alive", **health})
+            return json_response({"status": "alive", **health})
         problems = []
         if not watcher["alive"]:
             problems.append(
@@ -294,37 +302,43 @@ class _Api:
             )
         elif not loader["alive"]:
             problems.append("the loader thread is not running")
-        return _error(503, "; ".join(problems))
+        return error_response(503, "; ".join(problems))
 
     async def readyz(self, request: Request) -> Response:
         version = self.manager.version
         if version is not None:
-            return _json({"status": "ready", "model_version": version})
-        return _error(503, f"no version loaded yet from {self.manager.source_dir}")
+            return json_response({"status": "ready", "model_version": version})
+        return error_response(503, f"no version loaded yet from {self.manager.source_dir}")
 
     async def metrics(self, request: Request) -> Response:
         return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
 
 
-class _ServingApp(Starlette):
-    """The starlette app, with predicts answered by the fast path before its middleware."""
+class ServingApp(Starlette):
+    """The starlette app of :func:`create_app`: a predict goes to its
+    :class:`~._predict.PredictHandler` (the only predict path); every other call to
+    starlette's middleware and routes.
 
-    def __init__(self, fast_path: _PredictFastPath, **kw: Any):
+    Thread-safety: as a Starlette app; any number of concurrent requests.
+    """
+
+    def __init__(self, predict: PredictHandler, **kw: Any):
         super().__init__(**kw)
-        self._fast_path = fast_path
+        self._predict = predict
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if not await self._fast_path.handle(scope, receive, send):
+        if not await self._predict.handle(scope, receive, send):
             await super().__call__(scope, receive, send)
 
 
 def create_app(
     manager: ModelManager,
     model_name: str,
-    max_request_bytes: int = 64 * 2**20,
-    max_batch_size: int = 4096,
+    max_request_bytes: int | None = None,
+    max_batch_size: int | None = None,
     *,
-    inline_max_body_bytes: int = 64 * 2**10,
+    options: HttpOptions | None = None,
+    inline_max_body_bytes: int | None = None,
     own_manager: bool = False,
     admin_token: str | None = None,
 ) -> Starlette:
@@ -333,34 +347,31 @@ def create_app(
     Args:
         manager: the model manager (started by the caller unless ``own_manager``).
         model_name: the ``{name}`` in URLs.
-        max_request_bytes: request body cap, bytes; larger bodies get 413.
-        max_batch_size: most rows per predict request; more get 400.
-        inline_max_body_bytes: bodies up to this size are answered on the event loop;
-            larger ones in the thread pool.
+        max_request_bytes, max_batch_size, inline_max_body_bytes, admin_token: the
+            :class:`~.options.HttpOptions` fields of those names, applied over
+            ``options`` (None: as ``options`` says; defaults 64 MiB, 4096 rows, 64 KiB,
+            no admin endpoints).
+        options: the app's options (None: the defaults).
         own_manager: start the manager at app startup and close it at shutdown (lifespan).
-        admin_token: enables ``:pin`` / ``:unpin`` for requests bearing this token; None
-            (default) answers them 404.
 
     Returns:
-        A Starlette app; ``app.state.registry`` is its Prometheus registry.
+        A Starlette app (a :class:`ServingApp`); ``app.state.registry`` is its Prometheus
+        registry, ``app.state.manager`` the manager, ``app.state.options`` the options.
+
+    Raises:
+        TypeError, ValueError: an option of the wrong type or out of range.
 
     Thread-safety: the app may serve any number of concurrent requests.
     """
-    if max_request_bytes <= 0 or max_batch_size <= 0:
-        raise ValueError(
-            f"max_request_bytes and max_batch_size must be > 0, got {max_request_bytes} "
-            f"and {max_batch_size}"
-        )
-    if admin_token is not None and not admin_token.strip():
-        raise ValueError("admin_token must not be empty")
-    api = _Api(
-        manager, model_name, max_request_bytes, max_batch_size, inline_max_body_bytes, admin_token
-    )
+    given = {"max_request_bytes": max_request_bytes, "max_batch_size": max_batch_size,
+             "inline_max_body_bytes": inline_max_body_bytes, "admin_token": admin_token}
+    options = apply_overrides(HttpOptions, options,
+                              {k: v for k, v in given.items() if v is not None}, "create_app")
+    api = RestApi(manager, model_name, options)
     ep = api.endpoint
     model, version = "/v1/models/{name}", "/v1/models/{name}/versions/{version:int}"
+    # POST .../{name}[/versions/{v}]:predict never reaches these: PredictHandler answers it.
     routes = [
-        Route(model + ":predict", ep("predict", api.predict), methods=["POST"]),
-        Route(version + ":predict", ep("predict", api.predict), methods=["POST"]),
         Route(model + ":pin", ep("pin", api.pin), methods=["POST"]),
         Route(model + ":unpin", ep("unpin", api.unpin), methods=["POST"]),
         Route(model + "/metadata", ep("metadata", api.metadata), methods=["GET"]),
@@ -377,7 +388,7 @@ def create_app(
         assert isinstance(exc, HTTPException)
         api.count("unmatched", exc.status_code)
         message = f"{request.method} {request.url.path}: {exc.detail}"
-        return _error(exc.status_code, message)
+        return error_response(exc.status_code, message)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -389,12 +400,13 @@ def create_app(
             if own_manager:
                 await run_in_threadpool(manager.close)
 
-    app = _ServingApp(
-        _PredictFastPath(api),
+    app = ServingApp(
+        PredictHandler(api),
         routes=routes,
         exception_handlers={HTTPException: http_error},
         lifespan=lifespan,
     )
     app.state.registry = api.registry
     app.state.manager = manager
+    app.state.options = options
     return app

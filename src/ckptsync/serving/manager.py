@@ -29,8 +29,11 @@ answers 503 so an orchestrator restarts the process); the last good version keep
 Thread-safety: every public method may be called from any thread. ``acquire`` takes no
 lock (one attribute read).
 
-The version records (states, status, retries, retirement, watchdog, health) are in
-:mod:`._versions`, the base of :class:`ModelManager`.
+Composition (TF Serving's nouns): the manager owns a :class:`~.source.CheckpointSource`
+(or its process twin), an optional checkpoint reader process, one load thread that calls
+:func:`~.loader.load_snapshot`, and a :class:`~._versions.VersionBook` (records, status,
+retries, the swap, retirement, the watchdog) that it calls through the book's methods.
+Its options are one frozen :class:`~.options.ManagerOptions`.
 
 Example:
     >>> with ModelManager(servable, "ckpts") as manager:  # doctest: +SKIP
@@ -45,9 +48,8 @@ import logging
 import os
 import threading
 import time
-import weakref
+from typing import Any
 
-from ..checkpoint._read_process import CheckpointReadProcess
 from ..errors import (
     FAILED_PRECONDITION,
     UNKNOWN,
@@ -57,10 +59,12 @@ from ..errors import (
     OpError,
     UnavailableError,
 )
+from ..workers.read_process import CheckpointReadProcess
 from ._source_process import ProcessCheckpointSource
-from ._versions import ManagerStats, VersionState, _Record, _VersionBook
-from .gate import Candidate, Gate, run_gate
+from ._versions import ManagerStats, VersionBook, VersionRecord, VersionState
+from .gate import Candidate, run_gate
 from .loader import Snapshot, load_snapshot
+from .options import ManagerOptions, apply_overrides
 from .policy import VersionPolicy
 from .servable import Servable
 from .source import AspiredVersion, AspiredVersions, CheckpointSource
@@ -70,36 +74,35 @@ __all__ = ["VersionState", "ManagerStats", "ModelManager"]
 logger = logging.getLogger(__name__)
 
 
-class ModelManager(_VersionBook):
+class ModelManager:
     """Serves one model: the snapshot of the version its policy picks from ``source_dir``.
 
     Args:
         servable: the model; says which variables a checkpoint must provide.
         source_dir: the checkpoint directory (may not exist yet).
-        policy: ``"latest"``, a pinned version (int), or a :class:`VersionPolicy`.
-        poll: watch with polling (NFS, no inotify).
-        rescan_interval_s: backstop rescan period of the source, seconds.
-        allow_nonfinite: serve checkpoints holding NaN/Inf.
-        retry_initial_s: first retry delay after a failed load, seconds; doubles per
-            failure of the same version up to ``retry_max_s``.
-        retry_max_s: longest retry delay, seconds.
-        max_status_versions: how many finished versions status remembers.
-        gate: ``gate(Candidate) -> bool | (bool, str)``, called before a version is served
-            under the latest policy (see :mod:`.gate`); None accepts every verified version.
-        max_load_attempts: loads of one version before it is given up (until its file
-            changes); >= 1.
-        load_timeout_s: a load running longer is reported stuck (None: never).
-        free_before_load: drop the served snapshot before loading the next one.
-        unload_wait_s: longest wait for an old snapshot's requests before loading anyway.
-        read_in_subprocess: read and verify checkpoints in a worker process
-            (:class:`~ckptsync.checkpoint._read_process.CheckpointReadProcess`) and map
-            the result as shared memory, so that loading never holds this process's
-            interpreter lock and a file that crashes HDF5 kills only the worker. False
-            reads on the load thread.
-        watch_in_subprocess: run the source (watchdog's observer and the rescans) in a
-            child process (:class:`~._source_process.ProcessCheckpointSource`), so that
-            its threads never take this process's interpreter lock from requests; False
-            watches in this process.
+        policy: ``"latest"``, a pinned version (int), or a :class:`VersionPolicy`; the
+            policy to start with (``set_policy``/``pin`` change it later).
+        options: how to watch, load and retry; see :class:`~.options.ManagerOptions`
+            (None: the defaults).
+        **overrides: any :class:`~.options.ManagerOptions` field by name (``poll``,
+            ``rescan_interval_s``, ``allow_nonfinite``, ``retry_initial_s``,
+            ``retry_max_s``, ``max_status_versions``, ``gate``, ``max_load_attempts``,
+            ``load_timeout_s``, ``free_before_load``, ``unload_wait_s``,
+            ``read_in_subprocess``, ``watch_in_subprocess``, ``close_timeout_s``),
+            applied over ``options``.
+
+    Attributes:
+        servable: the model. source_dir: the directory, as a str. options: the options.
+
+    Raises:
+        TypeError: an override that is not an option, or of the wrong type.
+        ValueError: an option out of range (``CkptsyncValueError``).
+
+    Who calls what: the source calls the manager back with each listing
+    (``_on_aspired``); the load thread picks a target with the book, loads it, and has the
+    book swap or record the failure; requests call :meth:`acquire`; operators call
+    :meth:`pin`/:meth:`unpin`/:meth:`set_policy`; HTTP and metrics call :meth:`status`,
+    :meth:`health`, :attr:`stats`. Thread-safety: all of them from any thread.
     """
 
     def __init__(
@@ -108,70 +111,37 @@ class ModelManager(_VersionBook):
         source_dir: str | os.PathLike[str],
         policy: str | int | VersionPolicy = "latest",
         *,
-        poll: bool = False,
-        rescan_interval_s: float = 1.0,
-        allow_nonfinite: bool = False,
-        retry_initial_s: float = 1.0,
-        retry_max_s: float = 60.0,
-        max_status_versions: int = 16,
-        gate: Gate | None = None,
-        max_load_attempts: int = 5,
-        load_timeout_s: float | None = 300.0,
-        free_before_load: bool = False,
-        unload_wait_s: float = 30.0,
-        read_in_subprocess: bool = True,
-        watch_in_subprocess: bool = True,
+        options: ManagerOptions | None = None,
+        **overrides: Any,
     ):
-        if not 0 < retry_initial_s <= retry_max_s:
-            raise ValueError(
-                f"need 0 < retry_initial_s <= retry_max_s, got {retry_initial_s} and {retry_max_s}"
-            )
-        if max_load_attempts < 1:
-            raise ValueError(f"max_load_attempts must be >= 1, got {max_load_attempts}")
-        if load_timeout_s is not None and load_timeout_s <= 0:
-            raise ValueError(f"load_timeout_s must be > 0 or None, got {load_timeout_s}")
+        options = apply_overrides(ManagerOptions, options, overrides, "ModelManager")
+        self.options = options
         self.servable = servable
         self.source_dir = os.fspath(source_dir)
         self._policy = VersionPolicy.parse(policy)
-        self._allow_nonfinite = allow_nonfinite
-        self._retry_initial_s = retry_initial_s
-        self._retry_max_s = retry_max_s
-        self._max_status_versions = max_status_versions
-        self._gate = gate
-        self._max_load_attempts = max_load_attempts
-        self._load_timeout_s = load_timeout_s
-        self._close_timeout_s = 5.0
-        self._free_before_load = free_before_load
-        self._unload_wait_s = unload_wait_s
-        self._poll = poll
-        self._cond = threading.Condition(threading.RLock())
-        self._current: Snapshot | None = None
-        self._last_served: int | None = None  # kept by free_before_load, unlike _current
+        self._book = VersionBook(options)
+        self._cond = self._book.cond  # guards _policy and _listing too; swaps notify it
         self._listing = AspiredVersions(None, ())
-        self._records: dict[int, _Record] = {}
-        self._stats = ManagerStats()
-        self._seq = 0  # loads finished, successful or not
-        self._loading: tuple[_Record, float] | None = None  # (record, monotonic start)
-        self._stuck = False  # the watchdog fired for the load in progress
-        self._unloading: list[weakref.ref[Snapshot]] = []
-        self._freed = threading.Event()
-        self._stop = False
         self._thread: threading.Thread | None = None
-        self._read_in_subprocess = read_in_subprocess
         self._reader: CheckpointReadProcess | None = None
-        source_cls = ProcessCheckpointSource if watch_in_subprocess else CheckpointSource
+        source_cls = ProcessCheckpointSource if options.watch_in_subprocess else CheckpointSource
         self._source: CheckpointSource | ProcessCheckpointSource = source_cls(
-            self.source_dir, self._on_aspired, poll=poll, rescan_interval_s=rescan_interval_s
+            self.source_dir, self._on_aspired, poll=options.poll,
+            rescan_interval_s=options.rescan_interval_s,
         )
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> ModelManager:
-        """Starts the load thread and the source. Idempotent; returns self."""
-        if self._stop:
+        """Starts the load thread and the source. Idempotent; returns self.
+
+        Raises:
+            RuntimeError: the manager was closed.
+        """
+        if self._book.closed:
             raise RuntimeError("ModelManager was closed; create a new one")
         if self._thread is not None:
             return self
-        if self._read_in_subprocess:
+        if self.options.read_in_subprocess:
             try:
                 self._reader = CheckpointReadProcess()
             except OSError as e:  # no processes here: read on the load thread
@@ -185,18 +155,16 @@ class ModelManager(_VersionBook):
         return self
 
     def close(self) -> None:
-        """Stops the source and the load thread (waits for a load in progress). Idempotent."""
+        """Stops the source and the load thread (waits up to ``close_timeout_s`` for a
+        load in progress). Idempotent."""
         self._source.close()
-        with self._cond:
-            self._stop = True
-            self._cond.notify_all()
-        self._freed.set()
+        self._book.close()
         if self._reader is not None:
             self._reader.close()  # bounded: a stuck read has its worker killed
         if self._thread is not None:
             # A load stuck in a user's gate or a hung read cannot be interrupted: give it a
             # moment, then leave the (daemon) thread behind so shutdown stays bounded.
-            self._thread.join(timeout=self._close_timeout_s)
+            self._thread.join(timeout=self.options.close_timeout_s)
             if self._thread.is_alive():
                 logger.warning("the loader thread is still busy (a stuck load); not waiting")
 
@@ -217,7 +185,7 @@ class ModelManager(_VersionBook):
             UnavailableError: nothing is loaded yet (``version`` None).
             NotFoundError: ``version`` is not the one being served.
         """
-        snap = self._current  # one read: the whole request uses this snapshot
+        snap = self._book.current  # one read: the whole request uses this snapshot
         if version is None:
             if snap is None:
                 pinned = self._policy.pinned
@@ -240,12 +208,12 @@ class ModelManager(_VersionBook):
     @property
     def current(self) -> Snapshot | None:
         """The snapshot being served, or None."""
-        return self._current
+        return self._book.current
 
     @property
     def version(self) -> int | None:
         """The version being served, or None."""
-        snap = self._current
+        snap = self._book.current
         return None if snap is None else snap.version
 
     def _serving(self) -> str:
@@ -256,24 +224,63 @@ class ModelManager(_VersionBook):
     @property
     def ready(self) -> bool:
         """True once a version is AVAILABLE (stays True during a swap)."""
-        return self._current is not None
+        return self._book.current is not None
 
     @property
     def alive(self) -> bool:
         """True while the load thread runs (and is not stuck) and the source is alive."""
-        self._check_watchdog()
-        return bool(
-            self._thread and self._thread.is_alive() and not self._stuck and self._source.alive
-        )
+        stuck = self._book.stuck
+        return bool(self._thread and self._thread.is_alive() and not stuck and self._source.alive)
 
     @property
     def stats(self) -> ManagerStats:
         """A copy of the reload counters."""
-        with self._cond:
-            return ManagerStats(**vars(self._stats))
+        return self._book.stats
+
+    def status(self, version: int | None = None) -> list[dict[str, Any]]:
+        """TF Serving's ``model_version_status`` list, newest first.
+
+        Each entry: ``{"version": "1200", "state": "AVAILABLE", "status": {"error_code":
+        "OK", "error_message": ""}}``.
+
+        Raises:
+            NotFoundError: ``version`` was given and the manager has no record of it.
+        """
+        return self._book.status(version)
+
+    def health(self) -> dict[str, Any]:
+        """Liveness of the watcher and the loader, for ``/healthz`` and metrics.
+
+        Returns:
+            ``{"watcher": {"alive", "mode" ("events"|"poll"), "restarts", "state_error"},
+            "loader": {"alive", "loading_version", "loading_for_s", "stuck",
+            "reader_restarts"}}`` (``reader_restarts``: checkpoint reader processes
+            replaced after dying; a dead idle one is replaced by this call).
+        """
+        loading_version, loading_for_s, stuck = self._book.loading()
+        reader = self._reader
+        if reader is not None:
+            reader.check()
+        thread_alive = bool(self._thread and self._thread.is_alive())
+        return {
+            "watcher": {
+                "alive": self._source.alive,
+                "mode": "poll" if self.options.poll else "events",
+                "restarts": self._source.observer_restarts,
+                "state_error": self._source.state_error,
+            },
+            "loader": {
+                "alive": thread_alive and not stuck,
+                "loading_version": loading_version,
+                "loading_for_s": loading_for_s,
+                "stuck": stuck,
+                "reader_restarts": 0 if reader is None else reader.restarts,
+            },
+        }
 
     @property
     def policy(self) -> VersionPolicy:
+        """The version policy in force."""
         return self._policy
 
     def set_policy(self, policy: str | int | VersionPolicy) -> None:
@@ -302,6 +309,7 @@ class ModelManager(_VersionBook):
         """
         policy = VersionPolicy.parse(version)
         deadline = time.monotonic() + timeout_s
+        book = self._book
         with self._cond:
             if not policy.candidates(self._listing, self.source_dir):
                 raise NotFoundError(
@@ -311,29 +319,27 @@ class ModelManager(_VersionBook):
                     f"not name it and there is no finished *-{version}.h5 there",
                 )
             previous, self._policy = self._policy, policy
-            rec = self._records.get(version)
-            if rec is not None and rec.error_code:
-                rec.failures, rec.retry_at_s = 0, 0.0  # an explicit request: try it now
-            seq0 = self._seq
+            book.reset_retries(version)  # an explicit request: try it now
+            seq0 = book.seq
             self._cond.notify_all()
             while True:
-                snap = self._current
+                snap = book.current
                 if snap is not None and snap.version == version:
                     return snap
                 snap = None  # holding it while waiting would stop it being freed
-                rec = self._records.get(version)
-                if rec is not None and rec.finished_seq > seq0 and rec.error_code:
+                error = book.load_error_since(version, seq0)
+                if error is not None:
                     if self._policy == policy:
                         self._policy = previous
                         self._cond.notify_all()
                     raise FailedPreconditionError(
                         None,
                         None,
-                        f"cannot pin version {version}: {rec.error_message}; the policy stays "
+                        f"cannot pin version {version}: {error}; the policy stays "
                         f"{_describe(previous)}",
                     )
                 left = deadline - time.monotonic()
-                if left <= 0 or self._stop:
+                if left <= 0 or book.closed:
                     raise DeadlineExceededError(
                         None,
                         None,
@@ -354,19 +360,20 @@ class ModelManager(_VersionBook):
                 the last load error, if any).
         """
         deadline = time.monotonic() + timeout_s
+        book = self._book
         with self._cond:
             while True:
-                snap = self._current
+                snap = book.current
                 if snap is not None and snap.version >= step:
                     return snap
                 served = "nothing" if snap is None else f"version {snap.version}"
                 snap = None  # holding it while waiting would stop it being freed
                 left = deadline - time.monotonic()
-                if left <= 0 or self._stop:
+                if left <= 0 or book.closed:
                     break
                 self._cond.wait(left)
-            errors = [r for r in self._records.values() if r.error_message]
-        last = f"; last error: {errors[-1].error_message}" if errors else ""
+            error = book.last_error()
+        last = f"; last error: {error}" if error else ""
         raise DeadlineExceededError(
             None,
             None,
@@ -384,82 +391,70 @@ class ModelManager(_VersionBook):
             self._cond.notify_all()
 
     def _load_loop(self) -> None:
+        book = self._book
         while True:
             with self._cond:
                 while True:
-                    if self._stop:
+                    if book.closed:
                         return
-                    target, wait_s = self._next_target()
+                    target, wait_s = book.next_target(
+                        self._policy.candidates(self._listing, self.source_dir))
                     if target is not None:
                         break
                     self._cond.wait(wait_s)
-                rec = self._records.get(target.version)
-                if rec is None or rec.prefix != target.prefix:
-                    rec = self._records[target.version] = _Record(
-                        target.version, target.prefix, VersionState.LOADING
-                    )
-                rec.state = VersionState.LOADING
+                rec = book.begin_load(target)
                 following_latest = self._policy.pinned is None  # as the target was chosen
-                gated = self._gate is not None and following_latest
+                gated = self.options.gate is not None and following_latest
             try:
-                if self._free_before_load:
-                    self._retire_current(keep=target)
-                self._wait_for_old_snapshots()
-                with self._cond:
-                    self._loading = (rec, time.monotonic())
+                if self.options.free_before_load:
+                    retired = book.retire_current(keep=target)
+                    if retired is not None:
+                        logger.info("free_before_load: stopped serving version %d to load %d",
+                                    retired, target.version)
+                book.wait_for_old_snapshots()
+                book.watch(rec)
                 self._load(target, rec, gated, following_latest)
             except Exception:  # a bug here must not kill the thread that does the swaps
                 logger.exception("unexpected error loading %s", target.prefix)
-                with self._cond:
-                    rec.state, rec.retry_at_s = VersionState.END, time.monotonic() + 1.0
+                book.abandon(rec)
             finally:
-                with self._cond:
-                    self._loading, self._stuck = None, False
+                book.unwatch()
 
-    def _load(self, target: AspiredVersion, rec: _Record, gated: bool,
+    def _load(self, target: AspiredVersion, rec: VersionRecord, gated: bool,
               following_latest: bool) -> None:
         logger.info("loading version %d from %s", target.version, target.prefix)
+        book = self._book
         try:
             snap = load_snapshot(
-                target.prefix, self.servable, self._allow_nonfinite, version=target.version,
+                target.prefix, self.servable, self.options.allow_nonfinite,
+                version=target.version,
                 read=None if self._reader is None else self._reader.read,
             )
         except Exception as e:
             code = e.error_code if isinstance(e, OpError) else UNKNOWN
             vanished = isinstance(e, NotFoundError) and not os.path.exists(target.prefix + ".h5")
-            self._failed(rec, code, str(e), vanished)
+            book.failed(rec, code, str(e), vanished)
             if vanished:
                 logger.warning("%s vanished before it was read; rescanning", target.prefix)
                 self._source.rescan()
             else:
                 logger.error("refusing version %d (%s): %s", target.version, self._serving(), e)
             return
-        if gated and self._gate is not None:
-            accepted, reason = run_gate(self._gate, Candidate(self.servable, snap, self._current))
+        gate = self.options.gate
+        if gated and gate is not None:
+            accepted, reason = run_gate(gate, Candidate(self.servable, snap, book.current))
             if not accepted:
-                self._failed(rec, FAILED_PRECONDITION, reason, rejected=True)
+                book.failed(rec, FAILED_PRECONDITION, reason, rejected=True)
                 # Expected behaviour (the gate's job), not a fault: a warning.
                 logger.warning("refusing version %d (%s): %s", target.version,
                                self._serving(), reason)
                 return
         with self._cond:
-            if self._stop:  # closed while loading: serve nothing new
-                return
-            old, self._current = self._current, snap  # the swap
-            previous, self._last_served = self._last_served, snap.version
-            went_back = (following_latest and self._policy.pinned is None
+            swapped, previous = book.swap(rec, snap)
+            went_back = (swapped and following_latest and self._policy.pinned is None
                          and previous is not None and snap.version < previous)
-            rec.state, rec.error_code, rec.error_message = VersionState.AVAILABLE, 0, ""
-            rec.failures, rec.retry_at_s = 0, 0.0
-            self._seq += 1
-            rec.finished_seq = self._seq
-            self._stats.reloads_succeeded += 1
-            self._stats.load_duration_s_sum += snap.load_duration_s
-            self._stats.last_load_duration_s = snap.load_duration_s
-            if old is not None and old is not snap:
-                self._retire(old)
-            self._prune()
-            self._cond.notify_all()
+        if not swapped:
+            return
         logger.info(
             "serving version %d (%.1f ms load, %d bytes)",
             snap.version,

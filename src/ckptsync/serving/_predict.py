@@ -1,0 +1,83 @@
+"""The predict endpoint of the HTTP app: the one handler of
+``POST /v1/models/{name}[/versions/{v}]:predict``.
+
+:class:`~.http.ServingApp` hands every ASGI call to :meth:`PredictHandler.handle` first;
+a predict is answered there, as plain ASGI, before starlette's middleware, routing table
+and Request/Response objects (the hot path: the one route that must keep up with a bare
+starlette app); anything else goes on to the starlette routes. The checks, errors, metrics,
+body cap and thread pool for big bodies are those of every other route (through
+:class:`~.http.RestApi`). A private module: its names are for this package only.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import TYPE_CHECKING, Any
+
+from starlette.concurrency import run_in_threadpool
+
+from ._responses import ClientGone, dumps, map_error, read_capped_body
+
+if TYPE_CHECKING:  # http imports this module
+    from .http import RestApi
+
+__all__ = ["PREDICT_PATH", "PredictHandler"]
+
+
+PREDICT_PATH = re.compile(r"^/v1/models/([^/]+)(?:/versions/([0-9]+))?:predict$")
+
+
+class PredictHandler:
+    """Answers ``POST /v1/models/{name}[/versions/{v}]:predict`` as plain ASGI.
+
+    Args:
+        api: the app's :class:`~.http.RestApi` (model name, caps, metrics, predict_bytes).
+
+    Who calls what: :class:`~.http.ServingApp` awaits :meth:`handle` for every ASGI
+    call; the handler calls ``api.predict_bytes`` (inline for bodies up to
+    ``inline_max_body_bytes``, else in starlette's thread pool), ``api.count`` and the
+    latency histogram. Thread-safety: holds no per-request state; any number of
+    concurrent requests.
+    """
+
+    def __init__(self, api: RestApi):
+        self.api = api
+        self._observe = api.latency.labels("predict").observe
+
+    async def handle(self, scope: Any, receive: Any, send: Any) -> bool:
+        """Answers the request if it is a predict (True); False (nothing received or sent)
+        otherwise. Never raises for a bad request: errors are answered as JSON."""
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return False
+        m = PREDICT_PATH.match(scope["path"])
+        if m is None:
+            return False
+        start = time.perf_counter()
+        api = self.api
+        headers = [(b"content-type", b"application/json")]
+        try:
+            name, v = m.groups()
+            if name != api.model_name:
+                api.check_name(name)  # raises the 404 (or 405 for a misplaced verb)
+            version = None if v is None else int(v)
+            body = await read_capped_body(scope["headers"], receive, self.api.max_request_bytes)
+            if len(body) <= api.inline_max_body_bytes:
+                data, served = api.predict_bytes(body, version)
+            else:
+                data, served = await run_in_threadpool(api.predict_bytes, body, version)
+            status = 200
+            headers.append((b"x-model-version", served.encode()))
+        except ClientGone:
+            return True
+        except Exception as e:
+            status, message, extra = map_error(e, "POST", scope["path"])
+            data = dumps({"error": message}).encode()
+            headers += [(k.lower().encode(), val.encode()) for k, val in (extra or {}).items()]
+        headers.append((b"content-length", str(len(data)).encode()))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": data})
+        api.count("predict", status)
+        self._observe(time.perf_counter() - start)
+        return True
+
