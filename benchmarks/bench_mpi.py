@@ -37,6 +37,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -71,7 +72,7 @@ def relaunch(argv: list[str]) -> int:
 
 def idle_barrier() -> None:
     """A barrier that sleeps instead of spinning (an idle rank leaves its core free)."""
-    comm = dist._runtime._comm()
+    comm = dist._runtime.world_comm()
     req = comm.Ibarrier()
     while not req.Test():
         time.sleep(0.0005)
@@ -138,7 +139,7 @@ def gradient_set(mbytes: float) -> tuple[cs.Graph, list, object]:
 
 
 def build_trainer_graph(data_parallel: bool) -> tuple[cs.Graph, object, object, object, object]:
-    from ckptsync.distributed._trainer import averaging_gradients
+    from ckptsync.app import DataParallel
     from ckptsync.model_spec import load_build_net
 
     build_net = load_build_net(str(EXAMPLE))
@@ -146,7 +147,7 @@ def build_trainer_graph(data_parallel: bool) -> tuple[cs.Graph, object, object, 
     with g.as_default():
         cs.set_random_seed(0)
         if data_parallel:
-            with averaging_gradients(g):
+            with DataParallel(threading.Event()).building(g):
                 spec = build_net(g, "cpu:0", cs.ModeKeys.TRAIN)
             bcast = dist.broadcast_global_variables(0)
         else:
@@ -173,7 +174,7 @@ def main() -> int:
     rank, size = dist.rank(), dist.size()
     from mpi4py import MPI
 
-    comm = dist._runtime._comm()
+    comm = dist._runtime.world_comm()
     chief = rank == 0
 
     # ---------------------------------------------------------------- 1. allreduce
@@ -216,10 +217,11 @@ def main() -> int:
         dist.barrier()
         return t_raw - timed(plain_step, args.number)
 
-    from ckptsync.distributed import _fusion
+    from ckptsync.distributed import _allreduce_buffers
 
     sess.run(averaged, gfeed)  # the first run decides the op's shared window
-    exchange = next(iter(_fusion._layouts[averaged[0].op].values())).buckets[0].exchange
+    layouts = _allreduce_buffers._layouts[averaged[0].op]
+    exchange = next(iter(layouts.values())).buckets[0].exchange
 
     def reduction_only() -> float:
         out = np.empty_like(exchange.flat)

@@ -21,8 +21,8 @@ import time
 
 from threadpoolctl import threadpool_limits
 
+from ckptsync.app import Progress, TrainerOptions, run_training
 from ckptsync.checkpoint._placement import writer_cpus
-from ckptsync.train.trainer import Progress, TrainerOptions, run_training
 
 try:
     from benchmarks._common import alternate, summary

@@ -26,7 +26,8 @@ class CommandError(click.ClickException):
 
     def __init__(self, message: str, exit_code: int = EXIT_RUNTIME):
         super().__init__(message)
-        self.exit_code = exit_code
+        # click declares exit_code a ClassVar; each CommandError carries its own.
+        self.exit_code = exit_code  # type: ignore[misc]
         self.ctx = click.get_current_context(silent=True)
 
 

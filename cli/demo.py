@@ -190,8 +190,9 @@ def demo(steps: int, save_every_steps: int, max_steps_per_s: float, interval_s: 
             click.echo(f"served accuracy: first {accs[0]:.4f} -> last {accs[-1]:.4f} "
                        f"({len(accs)} answers, {len(failures)} failures)")
         if watch.summary:
-            acc = watch.summary.get("held_out_accuracy")
-            acc_text = f"{acc:.4f}" if isinstance(acc, (int, float)) else str(acc)
+            held_out = watch.summary.get("held_out_accuracy")
+            acc_text = (f"{held_out:.4f}" if isinstance(held_out, (int, float))
+                        else str(held_out))
             click.echo(f"trainer: {watch.summary.get('checkpoints_written')} checkpoints, "
                        f"held-out accuracy {acc_text}")
         for f in failures:

@@ -81,8 +81,8 @@ def run(**kw: Any) -> None:
     Under mpiexec, one rank per process: rank 0 restores, checkpoints and reports; a rank
     that fails ends the whole job with its exit code.
     """
-    from ckptsync import distributed
-    from ckptsync.errors import CkptsyncError
+    from ckptsync import distributed  # deferred: --help starts without numpy
+    from ckptsync.errors import CkptsyncError  # deferred: as above
 
     with distributed.failure_ends_job():
         try:
@@ -93,12 +93,12 @@ def run(**kw: Any) -> None:
 
 
 def _run(chief: bool, **kw: Any) -> None:
-    from ckptsync.checkpoint._placement import check_setting as check_writer_cpus
-    from ckptsync.data import DataError
-    from ckptsync.errors import CkptsyncError, CkptsyncValueError
-    from ckptsync.model_spec import ModelFileError
-    from ckptsync.train.basic_hooks import NanLossDuringTrainingError
-    from ckptsync.train.trainer import TrainerOptions, run_training
+    from ckptsync.app import TrainerOptions, run_training  # deferred: start-up time
+    from ckptsync.checkpoint._placement import check_setting as check_writer_cpus  # as above
+    from ckptsync.data import DataError  # deferred: start-up time
+    from ckptsync.errors import CkptsyncError, CkptsyncValueError  # deferred: as above
+    from ckptsync.model_spec import ModelFileError  # deferred: as above
+    from ckptsync.train.basic_hooks import NanLossDuringTrainingError  # deferred: as above
 
     log_format = kw.pop("log_format")
     log_level = kw.pop("log_level")

@@ -115,7 +115,7 @@ def check_exchange(r: int, n: int) -> dict[str, bool]:
     ``MPI_Allreduce``), for every ReduceOp and float32/float64/int64 buckets: the same
     bits with 2 ranks; outputs that survive the next run (the result then goes to a
     private buffer, not the shared one)."""
-    from ckptsync.distributed import _fusion
+    from ckptsync.distributed import _allreduce_buffers
 
     want_shared = os.environ.get("CKPTSYNC_SHM_ALLREDUCE", "1") != "0"
     ok = {}
@@ -145,12 +145,12 @@ def check_exchange(r: int, n: int) -> dict[str, bool]:
                 ok[f"{name}_read_only"] = not any(a.flags.writeable for a in got)
                 if step:
                     ok[f"{name}_kept"] = all(np.array_equal(a, k) for a, k in zip(held, copies))
-                exchange = _fusion._layouts[reduced[0].op][
-                    _fusion._fusion_threshold()].buckets[0].exchange
+                exchange = _allreduce_buffers._layouts[reduced[0].op][
+                    _allreduce_buffers.bucket_limit_bytes()].buckets[0].exchange
                 if exchange is not None:  # the shared result unless a rank holds the last
                     ok[f"{name}_where"] = (got[0].base is exchange.out_flat) == (step != 1)
                 held, copies = got, kept
-        layout = _fusion._layouts[reduced[0].op]
+        layout = _allreduce_buffers._layouts[reduced[0].op]
         used = [b.exchange is not None for lay in layout.values() for b in lay.buckets]
         ok[f"{op.name}_exchange_as_configured"] = used and all(u == want_shared for u in used)
     # A model of one variable: the op has one output (the array, not a tuple).
@@ -178,7 +178,7 @@ def check_windows(r: int, n: int) -> dict[str, bool]:
     the windows of dropped graphs are freed."""
     import gc
 
-    from ckptsync.distributed import _fusion, _shm
+    from ckptsync.distributed import _allreduce_buffers, _shm
 
     def one(shape: list[int]) -> tuple[bool, bool]:
         g = cs.Graph()
@@ -189,7 +189,7 @@ def check_windows(r: int, n: int) -> dict[str, bool]:
         with cs.Session(graph=g) as sess:
             right = all(np.array_equal(sess.run(reduced[0], {x: value}), 2.0 * n * (n + 1) / 2
                                        * np.ones(shape, np.float32)) for _ in range(2))
-        layout = _fusion._layouts[reduced[0].op][_fusion._fusion_threshold()]
+        layout = _allreduce_buffers._layouts[reduced[0].op][_allreduce_buffers.bucket_limit_bytes()]
         return right, layout.buckets[0].exchange is not None
 
     ok = {}
@@ -213,7 +213,7 @@ def check_windows(r: int, n: int) -> dict[str, bool]:
         reduced = dist.allreduce_tensors([x + x], dist.ReduceOp.SUM)[0]
     with cs.Session(graph=g) as sess:
         out = sess.run(reduced, {x: np.ones((100, 100), np.float32)})
-        exchange = _fusion._layouts[reduced.op][_fusion._fusion_threshold()].buckets[0].exchange
+        exchange = _allreduce_buffers._layouts[reduced.op][_allreduce_buffers.bucket_limit_bytes()].buckets[0].exchange
         shared = exchange is not None and out.base is exchange.out_flat
         part, buffer = out.reshape(-1)[:10], out.base.base
         del out

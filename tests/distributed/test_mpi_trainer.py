@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -143,25 +144,63 @@ def test_a_killed_rank_ends_the_job_non_zero_within_a_bounded_time(tmp_path, pro
     assert time.monotonic() - t0 < 30
 
 
+class _Lines:
+    """Every line of one of a job's pipes, read by a thread; ``wait_for(text)`` blocks
+    until a line holding ``text`` arrived (an event, not a clock) or the pipe closed."""
+
+    def __init__(self, stream) -> None:
+        self.lines: list[str] = []
+        self._cond = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream) -> None:
+        for line in stream:
+            with self._cond:
+                self.lines.append(line)
+                self._cond.notify_all()
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def wait_for(self, text: str) -> bool:
+        """True once a line holds ``text``; False if the pipe closed without one."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._closed or any(text in ln for ln in self.lines))
+            return any(text in ln for ln in self.lines)
+
+    def join(self) -> str:
+        self._thread.join()
+        return "".join(self.lines)
+
+
 def test_a_rank_that_stops_answering_is_aborted_by_the_collective_watchdog(tmp_path, procs):
     ckpt_dir = tmp_path / "ckpts"
     job = subprocess.Popen(
         mpiexec(2, *cli("trainer", "run", *TRAIN, "--steps", "100000", "--max-steps-per-s",
                         "50", "--checkpoint-dir", str(ckpt_dir))),
         env=env(CKPTSYNC_COLLECTIVE_TIMEOUT_S="3"), stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     procs.append(job)
-    _wait(lambda: (ckpt_dir / "model.ckpt-0.h5").exists(), "training start", job)
+    out, err = _Lines(job.stdout), _Lines(job.stderr)
+    # Rank 0 reports step 1 only after both ranks ran it (its gradients are allreduced).
+    assert out.wait_for('"event": "progress"'), (job.wait(), err.join())
     pids = rank_pids(job.pid)
     os.kill(pids[1], signal.SIGSTOP)
     try:
-        _, err = job.communicate(timeout=45)
+        # The watchdog's line, then the end of the job: events, waited for as such (the
+        # module's timeout mark bounds a hang).
+        seen = err.wait_for("aborting the job")
+        job.wait()
     finally:
         if job.poll() is None:
             os.kill(pids[1], signal.SIGCONT)
-    assert job.returncode != 0
-    assert "did not complete within 3 s" in err and "aborting the job" in err, (
-        job.returncode, err)
+    text = err.join()
+    out.join()
+    assert seen and job.returncode != 0
+    assert "did not complete within 3 s" in text and "aborting the job" in text, (
+        job.returncode, text)
 
 
 def test_a_rank_that_fails_ends_the_job_with_its_exit_code_promptly(tmp_path):

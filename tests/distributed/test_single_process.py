@@ -97,7 +97,7 @@ def test_broadcast_global_variables_op_is_a_no_op_with_one_rank():
 def test_mpi4py_is_never_imported_without_mpiexec():
     code = ("import sys, numpy as np; from ckptsync import distributed as d; "
             "d.allreduce([np.ones(2)]); d.broadcast(np.ones(2), 0); "
-            "from ckptsync.distributed._trainer import DataParallel; import threading; "
+            "from ckptsync.app import DataParallel; import threading; "
             "p = DataParallel(threading.Event()); assert p.is_chief and p.hooks() == []; "
             "print(d.size(), d.rank(), 'mpi4py' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], env=env(), capture_output=True,

@@ -37,7 +37,8 @@ from typing import Any
 from ..errors import CkptsyncRuntimeError
 
 __all__ = ["init", "is_initialized", "rank", "size", "local_rank", "local_size",
-           "launched_under_mpi", "failure_ends_job", "abort", "DEFAULT_COLLECTIVE_TIMEOUT_S"]
+           "launched_under_mpi", "failure_ends_job", "abort", "DEFAULT_COLLECTIVE_TIMEOUT_S",
+           "world_comm", "mpi_module", "under_watchdog"]
 
 log = logging.getLogger("ckptsync.distributed")
 
@@ -169,20 +170,24 @@ def local_size() -> int:
     return _S.local_size
 
 
-def _comm() -> Any:
-    """``MPI.COMM_WORLD`` (size > 1 only)."""
+def world_comm() -> Any:
+    """``MPI.COMM_WORLD`` (an ``mpi4py.MPI.Intracomm``), or None without MPI; for this
+    package's collectives (call them as :mod:`.collectives` says: one thread per rank)."""
     init()
     return _S.comm
 
 
-def _mpi() -> Any:
+def mpi_module() -> Any:
+    """The ``mpi4py.MPI`` module, or None without MPI (it is never imported then)."""
     init()
     return _S.mpi
 
 
 @contextlib.contextmanager
-def _guard(what: str) -> Iterator[None]:
-    """Runs a collective under the watchdog."""
+def under_watchdog(what: str) -> Iterator[None]:
+    """Runs the block (one collective) under the watchdog: if it takes longer than the
+    collective timeout, the job is aborted with a line naming ``what``. No effect without
+    MPI. One block at a time per rank (the collectives' rule)."""
     wd = _S.watchdog
     if wd is None:
         yield

@@ -24,7 +24,7 @@ of it (a caller who fetched the averaged gradients) raises its flag; then, for t
 reduction, every rank computes the whole result into its own private buffer instead, so
 held outputs never change.
 
-Used by :mod:`._fusion` per bucket, decided once per bucket at the op's first run (a
+Used by :mod:`._allreduce_buffers` per bucket, decided once per bucket at the op's first run (a
 collective point: every rank gets there in the same order) and agreed by all ranks with
 one small allreduce, when: more than one rank, every rank on this host
 (``local_size() == size()``), and ``CKPTSYNC_SHM_ALLREDUCE`` is not ``0``. Otherwise the
@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from ._runtime import _comm, _mpi, local_size, size
+from ._runtime import local_size, mpi_module, size, world_comm
 
 __all__ = ["Exchange", "create", "elements", "enabled_here", "views_of", "views_free"]
 
@@ -69,8 +69,8 @@ def enabled_here() -> bool:
 def _node() -> Any:
     global _node_comm
     if _node_comm is None:
-        MPI = _mpi()
-        _node_comm = _comm().Split_type(MPI.COMM_TYPE_SHARED, key=_comm().Get_rank())
+        MPI = mpi_module()
+        _node_comm = world_comm().Split_type(MPI.COMM_TYPE_SHARED, key=world_comm().Get_rank())
     return _node_comm
 
 
@@ -141,7 +141,7 @@ class Exchange:
     """
 
     def __init__(self, dtype: np.dtype[Any], shapes: Sequence[tuple[int, ...]]):
-        MPI = _mpi()
+        MPI = mpi_module()
         node = _node()
         n = elements(shapes)
         k, me = node.Get_size(), node.Get_rank()
@@ -238,7 +238,7 @@ def create(dtype: np.dtype[Any], shapes: Sequence[tuple[int, ...]]) -> Exchange 
     dtype = np.dtype(dtype)
     n = elements(shapes)
     node_bytes = local_size() * (_HEADER_BYTES + n * dtype.itemsize) + n * dtype.itemsize
-    comm = _comm()
+    comm = world_comm()
     unused = [i for i, w in _live.items() if w.unused()]
     for i in sorted(set.intersection(*map(set, comm.allgather(unused)))):
         _live.pop(i).free()

@@ -12,7 +12,7 @@ no extra pass after the reduction); of integer arrays it floor-divides the sum.
 
 These functions take arrays that already exist, so they copy them into the buffer. The
 ``MpiAllreduce`` graph op does better inside ``Session.run``: the kernels that produce
-its inputs write straight into its fusion buffer (:mod:`._fusion`).
+its inputs write straight into its fusion buffer (:mod:`._allreduce_buffers`).
 
 Without MPI (one process) every function returns copies of its inputs.
 
@@ -38,10 +38,11 @@ from typing import Any, TypeVar, overload
 import numpy as np
 
 from ..errors import CkptsyncTypeError, CkptsyncValueError
-from ._runtime import _comm, _guard, _mpi, size
+from ._runtime import mpi_module, size, under_watchdog, world_comm
 
 __all__ = ["ReduceOp", "Average", "Sum", "Max", "Min", "allreduce", "broadcast",
-           "broadcast_object", "allgather_object", "barrier", "DEFAULT_FUSION_THRESHOLD_BYTES"]
+           "broadcast_object", "allgather_object", "barrier", "DEFAULT_FUSION_THRESHOLD_BYTES",
+           "bucket_limit_bytes", "plan_buckets", "reducible", "mpi_buffer"]
 
 DEFAULT_FUSION_THRESHOLD_BYTES = 64 * 2**20
 T = TypeVar("T")
@@ -64,7 +65,9 @@ Max = ReduceOp.MAX
 Min = ReduceOp.MIN
 
 
-def _fusion_threshold() -> int:
+def bucket_limit_bytes() -> int:
+    """The most bytes one fusion buffer (bucket) holds: ``CKPTSYNC_FUSION_THRESHOLD_BYTES``,
+    default :data:`DEFAULT_FUSION_THRESHOLD_BYTES`; read at each call."""
     return int(os.environ.get("CKPTSYNC_FUSION_THRESHOLD_BYTES", DEFAULT_FUSION_THRESHOLD_BYTES))
 
 
@@ -212,17 +215,17 @@ def allreduce(arrays: Any, op: ReduceOp = ReduceOp.MEAN, *,
     if n_ranks == 1:
         out = [np.array(a, copy=True) for a in arrs]
         return out[0] if single else out
-    MPI = _mpi()
+    MPI = mpi_module()
     mpi_op = {ReduceOp.SUM: MPI.SUM, ReduceOp.MEAN: MPI.SUM, ReduceOp.MAX: MPI.MAX,
               ReduceOp.MIN: MPI.MIN}[op]
-    comm = _comm()
+    comm = world_comm()
     results: list[Any] = [None] * len(arrs)
-    threshold = fusion_threshold_bytes or _fusion_threshold()
+    threshold = fusion_threshold_bytes or bucket_limit_bytes()
     for idx in plan_buckets(arrs, threshold):
         is_float = arrs[idx[0]].dtype.kind in "fc"
         scale = 1.0 / n_ranks if op is ReduceOp.MEAN and is_float else None
         buf = _pack(arrs, idx, scale)
-        with _guard(f"allreduce of {len(idx)} arrays ({buf.nbytes} bytes)"):
+        with under_watchdog(f"allreduce of {len(idx)} arrays ({buf.nbytes} bytes)"):
             comm.Allreduce(MPI.IN_PLACE, mpi_buffer(buf), op=mpi_op)
         if op is ReduceOp.MEAN and not is_float:
             np.floor_divide(buf, n_ranks, out=buf)
@@ -255,16 +258,16 @@ def broadcast(arrays: Any, root_rank: int, *,
     if n_ranks == 1:
         out = [np.array(a, copy=True) for a in arrs]
         return out[0] if single else out
-    comm = _comm()
+    comm = world_comm()
     is_root = comm.Get_rank() == root_rank
     results: list[Any] = [None] * len(arrs)
-    threshold = fusion_threshold_bytes or _fusion_threshold()
+    threshold = fusion_threshold_bytes or bucket_limit_bytes()
     for idx in plan_buckets(arrs, threshold):
         if is_root:
             buf = _pack(arrs, idx, None)
         else:
             buf = _POOL.get(arrs[idx[0]].dtype, sum(arrs[i].size for i in idx))
-        with _guard(f"broadcast of {len(idx)} arrays ({buf.nbytes} bytes) from rank "
+        with under_watchdog(f"broadcast of {len(idx)} arrays ({buf.nbytes} bytes) from rank "
                     f"{root_rank}"):
             comm.Bcast(buf, root=root_rank)
         _unpack(buf, arrs, idx, results)
@@ -275,21 +278,21 @@ def broadcast_object(obj: T, root_rank: int = 0) -> T:
     """``root_rank``'s picklable ``obj`` on every rank (small objects: metadata, flags)."""
     if size() == 1:
         return obj
-    with _guard(f"broadcast_object from rank {root_rank}"):
-        return _comm().bcast(obj, root=root_rank)  # type: ignore[no-any-return]
+    with under_watchdog(f"broadcast_object from rank {root_rank}"):
+        return world_comm().bcast(obj, root=root_rank)  # type: ignore[no-any-return]
 
 
 def allgather_object(obj: T) -> list[T]:
     """Every rank's picklable ``obj``, in rank order, on every rank."""
     if size() == 1:
         return [obj]
-    with _guard("allgather_object"):
-        return list(_comm().allgather(obj))
+    with under_watchdog("allgather_object"):
+        return list(world_comm().allgather(obj))
 
 
 def barrier() -> None:
     """Returns once every rank has called it."""
     if size() == 1:
         return
-    with _guard("barrier"):
-        _comm().Barrier()
+    with under_watchdog("barrier"):
+        world_comm().Barrier()

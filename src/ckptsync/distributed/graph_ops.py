@@ -4,9 +4,9 @@ same graph.
 
 Both ops are ``stateful`` kernels (they communicate, so the session runs them on every
 ``run`` that needs them and never folds them): ``MpiAllreduce`` takes N tensors and
-outputs their N reductions, fused: in a session, through the fusion buffers the
-producers of its inputs write into (:mod:`._fusion`); as a plain kernel (one rank, or
-inputs of unknown static shape), through one :func:`~.collectives.allreduce` call;
+outputs their N reductions, fused: in a session, through the bucket buffers the
+producers of its inputs write into (:mod:`._allreduce_buffers`); as a plain kernel (one
+rank, or inputs of unknown static shape), through one :func:`~.collectives.allreduce` call;
 ``BroadcastGlobalVariables`` reads every global variable's session value, broadcasts them
 from the root in one fused call and writes them back (the writes land when the run ends,
 as every assignment in ckptsync).
@@ -24,7 +24,7 @@ from ..errors import CkptsyncTypeError, CkptsyncValueError, FailedPreconditionEr
 from ..graph import Graph, GraphKeys, Operation, Tensor, get_default_graph
 from ..ops.array_ops import convert_to_tensor
 from ..ops.registry import register
-from ._fusion import plan_fused_allreduce
+from ._allreduce_buffers import plan_bucketed_allreduce
 from ._runtime import rank, size
 from .collectives import ReduceOp, allgather_object, allreduce, broadcast, reducible
 
@@ -48,7 +48,7 @@ def _allreduce_grad(op: Operation, *grads: Tensor | None) -> list[Tensor | None]
 
 
 @register(ALLREDUCE_OP_TYPE, kind="stateful", grad=_allreduce_grad,
-          fuse_inputs=plan_fused_allreduce)
+          fuse_inputs=plan_bucketed_allreduce)
 def _allreduce_kernel(ctx: Any, op: Operation, *arrays: np.ndarray) -> Any:
     """The reduced arrays: a tuple, or the array itself for an op of one output (the
     session stores a single-output op's result as is)."""

@@ -4,11 +4,16 @@ Averaging without an extra pass: for ``MEAN`` (Horovod's ``Average``) the ``1 / 
 folded into the loss's gradient seed (``grad_loss``), as ``tf.distribute`` scales each
 replica's loss, so the gradient kernels already produce ``g / size`` and the fused
 allreduce is a ``SUM`` that the kernels write straight into (no pack copy, no scaling
-pass; see :mod:`._fusion`). Gradients are linear in the seed, so for a power-of-two
+pass; see :mod:`._allreduce_buffers`). Gradients are linear in the seed, so for a power-of-two
 ``size`` this is the same average, bit for bit, as scaling after the kernels (barring
 subnormals); for other sizes it differs by rounding only, the same on every rank. An
 optimizer whose ``compute_gradients`` is not the base one (it might drop ``grad_loss``)
 is averaged the plain way: its gradients, then one fused ``MEAN`` allreduce.
+
+:func:`average_gradients` is the same averaging as a gradient reducer for
+:func:`ckptsync.train.optimizer.reducing_gradients`: a graph built in that block averages
+every ``compute_gradients`` (so every ``minimize``) without the model wrapping its
+optimizer; one that does wrap it is still reduced once.
 """
 
 from __future__ import annotations
@@ -23,15 +28,15 @@ from ..errors import CkptsyncValueError
 from ..graph import Operation, Tensor
 from ..ops.array_ops import constant, convert_to_tensor, ones_like
 from ..ops.math_ops import multiply
-from ..train.optimizer import Optimizer
+from ..train.optimizer import GradsAndVars, Optimizer
 from ..variables import Variable
 from ._runtime import size
 from .collectives import ReduceOp
 from .graph_ops import ALLREDUCE_OP_TYPE, allreduce_tensors
 
-__all__ = ["DistributedOptimizer", "allreduce_gradients", "reduced_gradients"]
+__all__ = ["DistributedOptimizer", "allreduce_gradients", "reduced_gradients",
+           "average_gradients"]
 
-GradsAndVars = list[tuple[Any, Variable]]
 _state = threading.local()  # .active: inside the outermost reduced_gradients call
 _GRAD_LOSS_POS = 5  # compute_gradients(loss, var_list, gate_gradients, aggregation_method,
 #                                       colocate_gradients_with_ops, grad_loss)
@@ -80,6 +85,25 @@ def reduced_gradients(compute: Callable[..., GradsAndVars], args: tuple[Any, ...
     finally:
         _state.active = False
     return allreduce_gradients(gv, op, name=name)
+
+
+def average_gradients(compute: Callable[..., GradsAndVars], args: tuple[Any, ...],
+                      kwargs: dict[str, Any]) -> GradsAndVars:
+    """A :data:`~ckptsync.train.optimizer.GradientReducer` averaging across ranks:
+    ``compute(*args, **kwargs)`` with ``1 / size`` folded into ``grad_loss``, then one fused
+    ``SUM`` allreduce op named ``DistributedAllreduce``, exactly what
+    ``DistributedOptimizer`` builds. Inside a ``DistributedOptimizer`` (or another
+    reduction) it only computes, so gradients are reduced once. Identity with one rank.
+
+    Thread-safety: as graph building (the nesting state is per thread).
+
+    Example:
+        >>> import ckptsync as cs
+        >>> g = cs.Graph()
+        >>> with cs.train.optimizer.reducing_gradients(g, average_gradients):
+        ...     pass  # build_net(g, ...) here: its minimize() averages across ranks
+    """
+    return reduced_gradients(compute, args, kwargs, ReduceOp.MEAN, "DistributedAllreduce")
 
 
 def _with_scaled_grad_loss(loss: Tensor, args: tuple[Any, ...], kwargs: dict[str, Any],

@@ -4,11 +4,22 @@ Slots are global, non-trainable variables named ``<var op name>/<optimizer name>
 ``w/Adam`` for m and ``w/Adam_1`` for v; Momentum: ``w/Momentum``), and Adam keeps the
 non-slot variables ``beta1_power`` and ``beta2_power``, exactly as TF1, so checkpoints carry
 the full optimizer state. Each variable update is one fused kernel beside its formula.
+
+Gradient reducers (the seam data parallelism plugs into): whoever builds a graph may say
+"gradients computed on this graph are reduced by this function" with
+:func:`reducing_gradients`; inside that block every ``Optimizer.compute_gradients`` (and
+so every ``minimize``) whose loss lives on that graph returns
+``reducer(compute, args, kwargs)`` instead of ``compute(*args, **kwargs)``. ``train`` knows
+nothing about what a reducer does; ``ckptsync.app`` passes
+:func:`ckptsync.distributed.optimizer.average_gradients` under ``mpiexec``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -16,7 +27,7 @@ import numpy as np
 from .. import dtypes as _dtypes
 from ..errors import CkptsyncTypeError, CkptsyncValueError
 from ..gradients import gradients
-from ..graph import GraphKeys, Operation, Tensor, get_default_graph
+from ..graph import Graph, GraphKeys, Operation, Tensor, get_default_graph
 from ..initializers import constant_initializer, zeros_initializer
 from ..ops.array_ops import convert_to_tensor
 from ..ops.registry import register
@@ -24,7 +35,73 @@ from ..ops.state_ops import assign, assign_add, group
 from ..variable_scope import get_variable, get_variable_store, variable_scope
 from ..variables import Variable, trainable_variables
 
-__all__ = ["Optimizer", "GradientDescentOptimizer", "MomentumOptimizer", "AdamOptimizer"]
+__all__ = ["Optimizer", "GradientDescentOptimizer", "MomentumOptimizer", "AdamOptimizer",
+           "GradsAndVars", "GradientReducer", "reducing_gradients", "gradient_reducer"]
+
+GradsAndVars = list[tuple[Any, Variable]]
+#: ``reducer(compute, args, kwargs) -> [(gradient or None, variable)]``: ``compute`` is the
+#: unreduced base ``compute_gradients`` (TF's signature, without ``self``), ``args`` and
+#: ``kwargs`` what it is to be called with. A reducer calls ``compute`` (it may change its
+#: arguments first, e.g. scale ``grad_loss``) and returns the reduced pairs.
+GradientReducer = Callable[[Callable[..., GradsAndVars], tuple[Any, ...], dict[str, Any]],
+                           GradsAndVars]
+
+
+# --------------------------------------------------------------------- gradient reducers
+_reducers_lock = threading.Lock()
+_reducers: list[tuple[Graph, GradientReducer]] = []  # innermost block last
+
+
+@contextlib.contextmanager
+def reducing_gradients(graph: Graph, reducer: GradientReducer) -> Iterator[None]:
+    """In the block, gradients computed on ``graph`` are reduced by ``reducer``.
+
+    Every ``Optimizer.compute_gradients`` (so every ``minimize``) whose loss is a tensor of
+    ``graph`` returns ``reducer(compute, args, kwargs)``, where ``compute`` is the base
+    method's unreduced computation (see :data:`GradientReducer`). An optimizer that
+    overrides ``compute_gradients`` without calling the base one is not reduced; a
+    wrapper that calls it is (a reducer that should act once per gradient must itself
+    tell nested calls apart, as ``average_gradients`` does). No effect on other graphs.
+    Blocks nest; the innermost one for a graph wins.
+
+    Args:
+        graph: the graph being built.
+        reducer: the function gradients on it go through.
+
+    Thread-safety: blocks may be entered from several threads, for the same or different
+    graphs; a ``compute_gradients`` sees the blocks open when it starts.
+
+    Example:
+        >>> import ckptsync as cs
+        >>> g = cs.Graph()
+        >>> with reducing_gradients(g, lambda compute, args, kwargs: compute(*args, **kwargs)):
+        ...     gradient_reducer(g) is not None
+        True
+    """
+    entry = (graph, reducer)
+    with _reducers_lock:
+        _reducers.append(entry)
+    try:
+        yield
+    finally:
+        with _reducers_lock:
+            # Remove this very entry (by identity), wherever other threads left theirs.
+            for i in range(len(_reducers) - 1, -1, -1):
+                if _reducers[i] is entry:
+                    del _reducers[i]
+                    break
+
+
+def gradient_reducer(graph: Graph | None) -> GradientReducer | None:
+    """The reducer of the innermost open :func:`reducing_gradients` block for ``graph``,
+    or None. Thread-safe."""
+    if graph is None:
+        return None
+    with _reducers_lock:
+        for g, reducer in reversed(_reducers):
+            if g is graph:
+                return reducer
+    return None
 
 
 # --------------------------------------------------------------------- fused kernels
@@ -107,22 +184,24 @@ class Optimizer:
 
     def compute_gradients(self, loss: Any, var_list: Any = None, gate_gradients: int = 1,
                           aggregation_method: Any = None, colocate_gradients_with_ops: bool = False,
-                          grad_loss: Any = None) -> list[tuple[Any, Variable]]:
-        """``[(gradient or None, variable)]`` for ``var_list`` (default: trainable)."""
-        if callable(loss) and not isinstance(loss, Tensor):
-            raise CkptsyncTypeError("compute_gradients: loss must be a Tensor in graph mode.")
-        loss_t = convert_to_tensor(loss)
-        if var_list is None:
-            var_list = trainable_variables() + loss_t.graph.get_collection(
-                "trainable_resource_variables")
-        var_list = list(var_list)
-        if not var_list:
-            raise CkptsyncValueError("No variables to optimize.")
-        for v in var_list:
-            if not isinstance(v, Variable):
-                raise CkptsyncTypeError(f"Argument is not a cs.Variable: {v!r}")
-        grads = gradients(loss_t, var_list, grad_ys=grad_loss)
-        return list(zip(grads, var_list))
+                          grad_loss: Any = None) -> GradsAndVars:
+        """``[(gradient or None, variable)]`` for ``var_list`` (default: trainable), reduced
+        by the graph's gradient reducer inside :func:`reducing_gradients`.
+
+        Raises:
+            TypeError: ``loss`` is a callable, or ``var_list`` holds a non-Variable.
+            ValueError: no variables to optimize.
+        """
+        args = (loss, var_list, gate_gradients, aggregation_method,
+                colocate_gradients_with_ops, grad_loss)
+        reducer = gradient_reducer(getattr(loss, "graph", None))
+        if reducer is not None:
+            return reducer(_compute_gradients, args, {})
+        gv = _compute_gradients(*args)
+        reducer = gradient_reducer(gv[0][1].graph) if gv else None
+        if reducer is not None:  # a loss that was not yet a tensor of the graph
+            return reducer(lambda *_a, **_k: gv, (), {})
+        return gv
 
     def apply_gradients(self, grads_and_vars: Any, global_step: Any = None,
                         name: str | None = None) -> Operation:
@@ -209,6 +288,27 @@ class Optimizer:
         return group(*update_ops, name=name_scope)
 
 
+def _compute_gradients(loss: Any, var_list: Any = None, gate_gradients: int = 1,
+                       aggregation_method: Any = None,
+                       colocate_gradients_with_ops: bool = False,
+                       grad_loss: Any = None) -> GradsAndVars:
+    """The base ``compute_gradients``, unreduced (what a reducer's ``compute`` is)."""
+    if callable(loss) and not isinstance(loss, Tensor):
+        raise CkptsyncTypeError("compute_gradients: loss must be a Tensor in graph mode.")
+    loss_t = convert_to_tensor(loss)
+    if var_list is None:
+        var_list = trainable_variables() + loss_t.graph.get_collection(
+            "trainable_resource_variables")
+    var_list = list(var_list)
+    if not var_list:
+        raise CkptsyncValueError("No variables to optimize.")
+    for v in var_list:
+        if not isinstance(v, Variable):
+            raise CkptsyncTypeError(f"Argument is not a cs.Variable: {v!r}")
+    grads = gradients(loss_t, var_list, grad_ys=grad_loss)
+    return list(zip(grads, var_list))
+
+
 def _root_scope() -> Any:
     root = get_variable_store(get_default_graph()).root_scope
     return variable_scope(root, auxiliary_name_scope=False)
@@ -242,7 +342,7 @@ class GradientDescentOptimizer(Optimizer):
 
     def _apply_dense(self, grad: Tensor, var: Variable) -> Tensor:
         lr = _const(self._lr, var.dtype, "learning_rate")
-        return grad.graph.create_op("ApplyGradientDescent", [var._variable, lr, grad],
+        return grad.graph.create_op("ApplyGradientDescent", [var.value(), lr, grad],
                                     [var.dtype], [var.shape]).outputs[0]
 
 
@@ -264,7 +364,7 @@ class MomentumOptimizer(Optimizer):
         accum = self.get_slot(var, "momentum")
         assert accum is not None
         return grad.graph.create_op(
-            "ApplyMomentum", [var._variable, accum._variable,
+            "ApplyMomentum", [var.value(), accum.value(),
                               _const(self._lr, var.dtype, "learning_rate"), grad,
                               _const(self._momentum, var.dtype, "momentum")],
             [var.dtype], [var.shape], attrs={"use_nesterov": self._nesterov}).outputs[0]
@@ -301,7 +401,7 @@ class AdamOptimizer(Optimizer):
         b1p, b2p = self._non_slot["beta1_power"], self._non_slot["beta2_power"]
         return grad.graph.create_op(
             "ApplyAdam",
-            [var._variable, m._variable, v._variable, b1p._variable, b2p._variable,
+            [var.value(), m.value(), v.value(), b1p.value(), b2p.value(),
              _const(self._lr, dt, "learning_rate"), _const(self._beta1, dt, "beta1"),
              _const(self._beta2, dt, "beta2"), _const(self._epsilon, dt, "epsilon"), grad],
             [dt], [var.shape],

@@ -1,9 +1,10 @@
-"""The fusion buffer of one ``MpiAllreduce`` op in one compiled run, as Horovod's tensor
-fusion, without the copy into it.
+"""The buckets and buffers of one ``MpiAllreduce`` op in a compiled run (Horovod's
+"tensor fusion", without the copy into the buffer): where the op's inputs are written
+and its outputs live. Unrelated to the session's MatMul+BiasAdd+Relu kernel fusion.
 
-A session that compiles a run holding a ``MpiAllreduce`` op asks :func:`plan_fused_allreduce`
-how to run it (``fuse_inputs`` in :mod:`ckptsync.ops._registry`). The answer, a
-:class:`FusedAllreduce`, lays the op's inputs out in buckets (one dtype per bucket, at
+A session that compiles a run holding a ``MpiAllreduce`` op asks :func:`plan_bucketed_allreduce`
+how to run it (``fuse_inputs`` in :mod:`ckptsync.ops.registry`). The answer, a
+:class:`BucketedAllreduce`, lays the op's inputs out in buckets (one dtype per bucket, at
 most ``fusion_threshold_bytes`` each, as :func:`~.collectives.plan_buckets`) and keeps a
 few fusion buffers per bucket, each a flat array with one view per input::
 
@@ -46,7 +47,7 @@ runs the op shares its pools, which keep at most ``BUFFERS_PER_BUCKET`` buffers 
 Every rank runs the same steps on the same layout, so results are bit-identical across
 ranks.
 
-Thread-safety: one ``FusedAllreduce`` may serve concurrent runs of its plan without MPI
+Thread-safety: one ``BucketedAllreduce`` may serve concurrent runs of its plan without MPI
 (each takes its own buffers under a lock); with MPI, runs that hold the op follow
 :mod:`.collectives`' rule (one thread per rank at a time): a bucket has one shared
 window per rank.
@@ -65,18 +66,18 @@ import numpy as np
 
 from ..graph import Operation
 from . import _shm
-from ._runtime import _comm, _guard, _mpi, size
+from ._runtime import mpi_module, size, under_watchdog, world_comm
 from ._shm import elements, views_free, views_of
 from .collectives import (
     ReduceOp,
-    _fusion_threshold,
     allreduce,
+    bucket_limit_bytes,
     mpi_buffer,
     plan_buckets,
     reducible,
 )
 
-__all__ = ["FusedAllreduce", "plan_fused_allreduce", "BUFFERS_PER_BUCKET"]
+__all__ = ["BucketedAllreduce", "plan_bucketed_allreduce", "BUFFERS_PER_BUCKET"]
 
 BUFFERS_PER_BUCKET = 2
 _MPI_OPS = {ReduceOp.SUM: "SUM", ReduceOp.MEAN: "SUM", ReduceOp.MAX: "MAX", ReduceOp.MIN: "MIN"}
@@ -212,10 +213,10 @@ class _Bucket:
         self.pick_direct_inputs = _picker([self.inputs[p] for p in self.direct_pos], -1)
 
 
-class FusedAllreduce:
+class BucketedAllreduce:
     """How one compiled run allreduces one ``MpiAllreduce`` op's inputs (see the module
-    docstring). Built by :func:`plan_fused_allreduce`; the session calls ``prepare`` and
-    ``run`` (the :class:`~ckptsync.ops._registry.FusedInputs` protocol).
+    docstring). Built by :func:`plan_bucketed_allreduce`; the session calls ``prepare`` and
+    ``run`` (the :class:`~ckptsync.ops.registry.FusedInputs` protocol).
 
     Args:
         op: the ``MpiAllreduce`` op; every input has a fully defined static shape.
@@ -255,7 +256,7 @@ class FusedAllreduce:
         bufs = ctx.scratch.pop(self, None) or self._layout.acquire()
         for b in self._buckets:
             if not b.layout.decided:
-                with _guard(b.layout.what):
+                with under_watchdog(b.layout.what):
                     b.layout.decide_exchange()
         copies: list[list[tuple[np.ndarray, np.ndarray]]] = []
         for b, buf in zip(self._buckets, bufs):
@@ -275,7 +276,7 @@ class FusedAllreduce:
                     return out[0] if len(out) == 1 else tuple(out)
                 pairs.append((v, a))
             copies.append(pairs)
-        MPI, comm = _mpi(), _comm()
+        MPI, comm = mpi_module(), world_comm()
         mpi_op = getattr(MPI, _MPI_OPS[self.reduce_op])
         mean = self.reduce_op is ReduceOp.MEAN
         results = []
@@ -296,7 +297,7 @@ class FusedAllreduce:
                 if prescale:
                     np.multiply(flat, self._scale, out=flat)
             divide = self.n_ranks if mean and not b.layout.is_float else 1
-            with _guard(b.layout.what):
+            with under_watchdog(b.layout.what):
                 if exchange is not None:
                     if exchange.begin():
                         exchange.reduce(self.reduce_op.value, None, divide)
@@ -316,7 +317,7 @@ class FusedAllreduce:
         return picked[0] if len(picked) == 1 else picked  # type: ignore[return-value]
 
 
-def plan_fused_allreduce(op: Operation, candidates: list[int]) -> FusedAllreduce | None:
+def plan_bucketed_allreduce(op: Operation, candidates: list[int]) -> BucketedAllreduce | None:
     """The session's planner for ``MpiAllreduce`` (``fuse_inputs``): None (run the plain
     kernel) with one rank, or when an input's static shape is not fully defined or its
     dtype cannot be reduced (the kernel then raises the usual error)."""
@@ -328,4 +329,4 @@ def plan_fused_allreduce(op: Operation, candidates: list[int]) -> FusedAllreduce
         if not t.shape.is_fully_defined() or not reducible(np.dtype(t.dtype.np).kind,
                                                            reduce_op):
             return None
-    return FusedAllreduce(op, candidates, n_ranks, _fusion_threshold())
+    return BucketedAllreduce(op, candidates, n_ranks, bucket_limit_bytes())

@@ -1,6 +1,6 @@
-"""The fusion buffer without MPI: kernels writing into ``out=``, the session handing a
-fused allreduce's buffers to the gradient kernels, buffer ownership across runs, and
-``DistributedOptimizer``'s predivided seed.
+"""The allreduce buckets and buffers without MPI: kernels writing into ``out=``, the
+session handing a fused allreduce's buffers to the gradient kernels, buffer ownership
+across runs, and ``DistributedOptimizer``'s predivided seed.
 
 Two ranks are faked in one process: ``size()`` answers 2 and the communicator's
 in-place SUM doubles the buffer, as if the other rank held the same values. So a MEAN
@@ -19,7 +19,7 @@ import pytest
 
 import ckptsync as cs
 from ckptsync import distributed as dist
-from ckptsync.distributed import _fusion
+from ckptsync.distributed import _allreduce_buffers
 from ckptsync.distributed import optimizer as dist_optimizer
 from ckptsync.ops.registry import get_op_def
 
@@ -45,20 +45,20 @@ class _FakeComm:
 @pytest.fixture
 def two_ranks(monkeypatch: pytest.MonkeyPatch) -> _FakeComm:
     comm = _FakeComm()
-    monkeypatch.setattr(_fusion, "size", lambda: 2)
-    monkeypatch.setattr(_fusion, "_comm", lambda: comm)
-    monkeypatch.setattr(_fusion, "_mpi", lambda: _FakeMPI)
+    monkeypatch.setattr(_allreduce_buffers, "size", lambda: 2)
+    monkeypatch.setattr(_allreduce_buffers, "world_comm", lambda: comm)
+    monkeypatch.setattr(_allreduce_buffers, "mpi_module", lambda: _FakeMPI)
     monkeypatch.setattr(dist_optimizer, "size", lambda: 2)
     return comm
 
 
 class _Spy:
-    """Records what each FusedAllreduce handed out and got back, per run."""
+    """Records what each BucketedAllreduce handed out and got back, per run."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch):
         self.prepared: list[tuple[list[int], list[np.ndarray]]] = []
         self.received: list[tuple[np.ndarray, ...]] = []
-        prepare, run = _fusion.FusedAllreduce.prepare, _fusion.FusedAllreduce.run
+        prepare, run = _allreduce_buffers.BucketedAllreduce.prepare, _allreduce_buffers.BucketedAllreduce.run
 
         def spy_prepare(fused, ctx):
             out = prepare(fused, ctx)
@@ -69,8 +69,8 @@ class _Spy:
             self.received.append(arrays)
             return run(fused, ctx, op, *arrays)
 
-        monkeypatch.setattr(_fusion.FusedAllreduce, "prepare", spy_prepare)
-        monkeypatch.setattr(_fusion.FusedAllreduce, "run", spy_run)
+        monkeypatch.setattr(_allreduce_buffers.BucketedAllreduce, "prepare", spy_prepare)
+        monkeypatch.setattr(_allreduce_buffers.BucketedAllreduce, "run", spy_run)
 
     def landed(self) -> list[int]:
         """Indices of the last run's inputs that its producers wrote in place."""
@@ -196,7 +196,7 @@ def test_outputs_held_by_the_caller_are_never_overwritten_by_a_later_run(two_ran
 def test_the_pool_keeps_at_most_its_limit_and_hands_out_fresh_buffers_beyond(two_ranks):
     sess, x, local, reduced = _dense_grads()
     want = sess.run(local, _feed(x, 1))
-    held = [sess.run(reduced, _feed(x, 1)) for _ in range(_fusion.BUFFERS_PER_BUCKET + 2)]
+    held = [sess.run(reduced, _feed(x, 1)) for _ in range(_allreduce_buffers.BUFFERS_PER_BUCKET + 2)]
     assert len({id(h[0].base) for h in held}) == len(held)
     assert all(np.array_equal(a, b) for h in held for a, b in zip(h, want))
 
@@ -287,7 +287,7 @@ def test_a_misfit_at_run_time_takes_the_general_path(two_ranks):
     with g.as_default():
         t = cs.placeholder(cs.float32, [2, 3])
         op = dist.allreduce_tensors([t], dist.ReduceOp.SUM)[0].op
-    fused = _fusion.plan_fused_allreduce(op, [])
+    fused = _allreduce_buffers.plan_bucketed_allreduce(op, [])
     assert fused is not None
 
     class Ctx:
@@ -303,10 +303,10 @@ def test_no_fusion_with_one_rank_or_unknown_shapes(two_ranks, monkeypatch):
         t = cs.placeholder(cs.float32, [None, 3])
         op = dist.allreduce_tensors([t, cs.constant([1.0])], dist.ReduceOp.SUM)[0].op
         ok = dist.allreduce_tensors([cs.constant([1.0])], dist.ReduceOp.SUM)[0].op
-    assert _fusion.plan_fused_allreduce(op, []) is None
-    assert _fusion.plan_fused_allreduce(ok, []) is not None
-    monkeypatch.setattr(_fusion, "size", lambda: 1)
-    assert _fusion.plan_fused_allreduce(ok, []) is None
+    assert _allreduce_buffers.plan_bucketed_allreduce(op, []) is None
+    assert _allreduce_buffers.plan_bucketed_allreduce(ok, []) is not None
+    monkeypatch.setattr(_allreduce_buffers, "size", lambda: 1)
+    assert _allreduce_buffers.plan_bucketed_allreduce(ok, []) is None
 
 
 # ------------------------------------------------------------------ predivided seed
@@ -370,7 +370,7 @@ def test_every_plan_of_an_op_shares_its_pools_which_go_with_the_graph(two_ranks)
     bases |= {id(sess.run([reduced, norm], _feed(x, 1))[0][0].base) for _ in range(2)}
     bases |= {id(sess.run(tuple(reduced), _feed(x, 1))[0].base) for _ in range(2)}
     assert len(bases) == 1, "three plans, one buffer"
-    assert reduced[0].op in _fusion._layouts
+    assert reduced[0].op in _allreduce_buffers._layouts
     op = weakref.ref(reduced[0].op)
     sess.close()
     del sess, x, local, reduced, norm
@@ -378,17 +378,17 @@ def test_every_plan_of_an_op_shares_its_pools_which_go_with_the_graph(two_ranks)
     assert op() is None, "the pools must not keep the graph alive"
 
 
-def test_trainers_averaging_block_predivides_once_with_or_without_the_wrapper(
-        two_ranks, monkeypatch):
-    from ckptsync.distributed import _trainer
+def test_trainers_averaging_block_predivides_once_with_or_without_the_wrapper(two_ranks):
+    from ckptsync.app import DataParallel
 
-    monkeypatch.setattr(_trainer, "size", lambda: 2)
+    par = DataParallel(threading.Event())
+    par.size = 2  # as under mpiexec -n 2 (two_ranks fakes the communicator)
     for wrap in (False, True):
         g, loss, variables = _mlp_loss()
         opt = cs.train.AdamOptimizer(0.1)
         if wrap:
             opt = dist.DistributedOptimizer(opt)
-        with _trainer.averaging_gradients(g):
+        with par.building(g):
             _, got, want = _grads(g, loss, variables, opt)
         ops = [o for o in g.get_operations() if o.type == "MpiAllreduce"]
         assert [o.attrs["op"] for o in ops] == ["sum"], wrap

@@ -5,16 +5,20 @@ each of them is the identity (no MPI is touched), so single-process training is
 unchanged. With N ranks:
 
 * **Gradients.** ``build_net`` builds its optimizer itself, so the trainer calls it inside
-  ``building(graph)``: in that block, every ``Optimizer.compute_gradients`` (and so every
-  ``minimize``) on that graph returns gradients averaged across ranks by one fused
-  allreduce op, exactly as if the model file had wrapped its optimizer in
-  :class:`~.DistributedOptimizer` (a model file that already does is reduced once, not
-  twice). ``check_graph`` then fails clearly if the graph has no allreduce (an optimizer
-  that bypasses ``compute_gradients``) or if the ranks built different graphs.
+  ``building(graph)``: that block is ``cs.train.optimizer.reducing_gradients(graph,
+  average_gradients)`` (the named seam of :mod:`ckptsync.train.optimizer`; the reducer is
+  :func:`ckptsync.distributed.optimizer.average_gradients`), so every
+  ``compute_gradients`` (and so every ``minimize``) on that graph returns gradients
+  averaged across ranks by one fused allreduce op, exactly as if the model file had
+  wrapped its optimizer in :class:`~ckptsync.distributed.DistributedOptimizer` (a model
+  file that already does is reduced once, not twice). ``check_graph`` then fails clearly
+  if the graph has no allreduce (an optimizer that bypasses ``compute_gradients``) or if
+  the ranks built different graphs.
 * **Chief.** Rank 0 restores, writes checkpoints and reports; the other ranks initialize
-  and take rank 0's values from :class:`~.BroadcastGlobalVariablesHook` (the first hook,
-  run after the restore). The data position recorded in rank 0's checkpoint is sent to
-  every rank (``from_chief``), so a resumed job continues the same data order everywhere.
+  and take rank 0's values from :class:`~ckptsync.distributed.BroadcastGlobalVariablesHook`
+  (the first hook, run after the restore). The data position recorded in rank 0's
+  checkpoint is sent to every rank (``from_chief``), so a resumed job continues the same
+  data order everywhere.
 * **Data.** Every rank iterates the same seeded permutation with the *global* batch
   (``global_batch_size`` = ranks x batch) and keeps its own contiguous slice of each
   global batch (``shard``): rank r trains on rows ``[r*B, (r+1)*B)`` of every global batch.
@@ -23,77 +27,45 @@ unchanged. With N ranks:
 * **Stopping.** A signal may reach the ranks at different steps; ``stop_event`` is set on
   every rank after the same step (one tiny MAX-allreduce per step), so all ranks stop
   together and the chief saves the final checkpoint.
+
+Thread-safety: one ``DataParallel`` per process, used by the training loop's thread; only
+the ``stop_event`` given to it may be set from another thread (or a signal handler).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 import numpy as np
 
+from ..distributed import (
+    BroadcastGlobalVariablesHook,
+    ReduceOp,
+    allreduce,
+    broadcast_object,
+    check_same_graph,
+    init,
+    rank,
+    size,
+)
+from ..distributed.graph_ops import ALLREDUCE_OP_TYPE
+from ..distributed.optimizer import average_gradients
 from ..graph import Graph
 from ..model_spec import ModelFileError
-from ..train.optimizer import Optimizer
+from ..train.optimizer import reducing_gradients
 from ..train.session_run_hook import SessionRunContext, SessionRunHook, SessionRunValues
-from ._runtime import init, rank, size
-from .collectives import ReduceOp, allreduce, broadcast_object
-from .graph_ops import ALLREDUCE_OP_TYPE, check_same_graph
-from .hooks import BroadcastGlobalVariablesHook
-from .optimizer import allreduce_gradients, reduced_gradients
 
-__all__ = ["DataParallel", "averaging_gradients"]
+__all__ = ["DataParallel", "AgreeOnStopHook"]
 
 T = TypeVar("T")
 
-_lock = threading.Lock()
-_graphs: list[Graph] = []
-_original: Any = None
 
-
-@contextlib.contextmanager
-def averaging_gradients(graph: Graph) -> Iterator[None]:
-    """In the block, ``Optimizer.compute_gradients`` on ``graph`` averages its gradients
-    across ranks (one fused allreduce op). No effect with one rank or on other graphs.
-
-    Thread-safety: the block may be entered from several threads, for different graphs.
-    """
-    global _original
-    if size() == 1:
-        yield
-        return
-    with _lock:
-        if not _graphs:
-            original = _original = Optimizer.compute_gradients
-
-            def compute_gradients(self: Optimizer, *args: Any, **kwargs: Any) -> Any:
-                loss = args[0] if args else kwargs.get("loss")
-                if any(getattr(loss, "graph", None) is g for g in _graphs):
-                    # The base method honours grad_loss: MEAN folded into the seed.
-                    return reduced_gradients(functools.partial(original, self), args, kwargs,
-                                             ReduceOp.MEAN, "DistributedAllreduce")
-                gv = original(self, *args, **kwargs)
-                if gv and any(gv[0][1].graph is g for g in _graphs):
-                    gv = allreduce_gradients(gv, ReduceOp.MEAN)
-                return gv
-
-            compute_gradients.__doc__ = original.__doc__
-            setattr(Optimizer, "compute_gradients", compute_gradients)  # noqa: B010
-        _graphs.append(graph)
-    try:
-        yield
-    finally:
-        with _lock:
-            _graphs.remove(graph)
-            if not _graphs:
-                setattr(Optimizer, "compute_gradients", _original)  # noqa: B010
-
-
-class _AgreeOnStopHook(SessionRunHook):
-    """Sets ``agreed`` on every rank after a step in which any rank had ``local`` set."""
+class AgreeOnStopHook(SessionRunHook):
+    """Sets ``agreed`` on every rank after a step in which any rank had ``local`` set
+    (one MAX-allreduce of one int32 per step: a collective, so every rank must run it)."""
 
     def __init__(self, local: threading.Event, agreed: threading.Event):
         self._local, self._agreed = local, agreed
@@ -110,6 +82,9 @@ class DataParallel:
 
     Args:
         stop_event: set (from a signal handler) to stop after the current step.
+
+    Raises:
+        RuntimeError: launched under ``mpiexec`` without ``mpi4py`` (from ``init``).
     """
 
     def __init__(self, stop_event: threading.Event):
@@ -120,9 +95,13 @@ class DataParallel:
         #: The event the training loop watches: set on all ranks after the same step.
         self.stop_event = stop_event if self.size == 1 else threading.Event()
 
-    def building(self, graph: Graph) -> Any:
-        """Context for ``build_net``: gradients computed in it are averaged across ranks."""
-        return averaging_gradients(graph)
+    def building(self, graph: Graph) -> contextlib.AbstractContextManager[None]:
+        """Context for ``build_net``: gradients computed on ``graph`` in it are averaged
+        across ranks (``reducing_gradients(graph, average_gradients)``); a no-op with one
+        rank."""
+        if self.size == 1:
+            return contextlib.nullcontext()
+        return reducing_gradients(graph, average_gradients)
 
     def check_graph(self, graph: Graph, model_path: str) -> None:
         """Raises ModelFileError if the gradients are not averaged, FailedPreconditionError
@@ -160,7 +139,7 @@ class DataParallel:
         if self.size == 1:
             return []
         return [BroadcastGlobalVariablesHook(0),
-                _AgreeOnStopHook(self._local_stop, self.stop_event)]
+                AgreeOnStopHook(self._local_stop, self.stop_event)]
 
     def chief_only(self, hooks: list[SessionRunHook]) -> list[SessionRunHook]:
         return list(hooks) if self.is_chief else []

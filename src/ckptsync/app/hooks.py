@@ -1,0 +1,206 @@
+"""The hooks and the Saver ``trainer run`` adds to TF1's monitored session.
+
+* :class:`FiniteSaver`: a ``Saver`` that never publishes a NaN checkpoint.
+* :class:`LoopHook`: fetches the loss, measures speed, evaluates, throttles, reports
+  :class:`~.trainer.Progress` and stops on the stop event.
+* :class:`PreflightHook`: runs the loss over the training set once before step 1.
+* :func:`make_evaluator`: held-out accuracy from a model spec.
+
+Thread-safety: as every hook, these run in the training loop's thread; only the stop
+event given to :class:`LoopHook` may be set from another thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from ..data import DataError
+from ..errors import InvalidArgumentError
+from ..ops.math_ops import argmax
+from ..train.basic_hooks import CheckpointSaverHook, NanLossDuringTrainingError
+from ..train.saver import Saver
+from ..train.session_run_hook import (
+    SessionRunArgs,
+    SessionRunContext,
+    SessionRunHook,
+    SessionRunValues,
+)
+from ..train.training_util import get_global_step
+from .options import Progress, TrainerOptions
+
+__all__ = ["EVAL_BATCH", "FiniteSaver", "LoopHook", "PreflightHook", "make_evaluator",
+           "nan_refusal"]
+
+#: Rows per ``session.run`` when the whole training or test set is evaluated.
+EVAL_BATCH = 4096
+
+
+class FiniteSaver(Saver):
+    """A Saver that refuses to publish non-finite parameters (never a NaN checkpoint):
+    ``Saver(require_finite=True)``, its refusal raised as NanLossDuringTrainingError
+    (with ``async_save`` the writer process checks, and the refusal surfaces at the next
+    save or wait).
+
+    With ``async_save``, the first save (at session creation) is waited for: training
+    starts only once one checkpoint is durable and the writer process is up, so an
+    unwritable directory stops the trainer before its first step.
+    """
+
+    _saved_once = False
+
+    def __init__(self, **kw: Any):
+        super().__init__(require_finite=True, **kw)
+
+    def save(self, sess: Any, save_path: str, global_step: Any = None,  # type: ignore[override]
+             **kw: Any) -> str | None:
+        try:  # not ``with nan_refusal()``: this runs every few steps, keep it short
+            prefix = super().save(sess, save_path, global_step, **kw)
+        except InvalidArgumentError as e:
+            raise NanLossDuringTrainingError(e.message) from e
+        if not self._saved_once:
+            self._saved_once = True
+            self.wait_until_finished()
+        return prefix
+
+    def wait_until_finished(self, timeout_s: float | None = None) -> None:
+        with nan_refusal():
+            super().wait_until_finished(timeout_s)
+
+
+@contextlib.contextmanager
+def nan_refusal() -> Iterator[None]:
+    """Raises a ``require_finite`` refusal as NanLossDuringTrainingError."""
+    try:
+        yield
+    except InvalidArgumentError as e:
+        raise NanLossDuringTrainingError(e.message) from e
+
+
+class LoopHook(SessionRunHook):
+    """Fetches the loss, measures speed, evaluates, throttles and reports progress.
+
+    Args:
+        opts: the run's options (``steps``, ``eval_every``, ``max_steps_per_s``).
+        loss: the scalar loss tensor fetched each step.
+        evaluate: ``evaluate(session)`` -> held-out accuracy in [0, 1], or None.
+        saver_hook: whose ``last_saved_path`` each :class:`Progress` reports.
+        on_progress: called after every step (in the loop's thread), or None.
+        stop_event: once set (from any thread), the session stops after this step; the
+            throttle waits on it, so a stop is never delayed by a throttle.
+
+    After the run, ``loss`` (the last step's), ``steps_run``, ``accuracy`` and
+    ``start_step`` (the global step the session started at) describe it.
+    """
+
+    def __init__(self, opts: TrainerOptions, loss: Any, evaluate: Callable[[Any], float | None],
+                 saver_hook: CheckpointSaverHook, on_progress: Callable[[Progress], None] | None,
+                 stop_event: threading.Event):
+        self._opts, self._loss, self._evaluate = opts, loss, evaluate
+        self._saver_hook, self._on_progress, self._stop = saver_hook, on_progress, stop_event
+        self.loss: float | None = None
+        self.steps_run = 0
+        self.accuracy: float | None = None
+        self._t0 = time.perf_counter()
+        self._window: list[float] = []
+
+    def begin(self) -> None:
+        self._gs = get_global_step()
+        self.start_step = 0
+
+    def after_create_session(self, session: Any, coord: Any) -> None:
+        self.start_step = int(session.run(self._gs))
+
+    def before_run(self, run_context: SessionRunContext) -> SessionRunArgs:
+        return SessionRunArgs({"loss": self._loss, "step": self._gs})
+
+    def after_run(self, run_context: SessionRunContext, run_values: SessionRunValues) -> None:
+        self.loss = float(run_values.results["loss"])
+        step = int(run_values.results["step"]) + 1
+        self.steps_run += 1
+        now = time.perf_counter()
+        self._window.append(now)
+        if len(self._window) > 50:
+            self._window.pop(0)
+        sps = (len(self._window) - 1) / (self._window[-1] - self._window[0]) \
+            if len(self._window) > 1 and self._window[-1] > self._window[0] else None
+        acc = None
+        if self._opts.eval_every and step % self._opts.eval_every == 0:
+            acc = self.accuracy = self._evaluate(run_context.session)
+        if self._on_progress:
+            self._on_progress(Progress(step, self._opts.steps, self.loss, sps,
+                                       self._saver_hook.last_saved_path, acc))
+        if self._opts.max_steps_per_s:
+            wait = self._t0 + self.steps_run / self._opts.max_steps_per_s - time.perf_counter()
+            if wait > 0:
+                self._stop.wait(wait)
+        if self._stop.is_set():
+            run_context.request_stop()
+
+    def end(self, session: Any) -> None:
+        self.accuracy = self._evaluate(session)
+
+
+class PreflightHook(SessionRunHook):
+    """Runs the loss over the whole training set once before step 1, so bad labels or
+    shapes fail with a clear error before any training or checkpoint.
+
+    Args:
+        spec: the model's ``cs.ModelSpec`` (``inputs``, ``labels``, ``loss``).
+        train: name -> array ``[rows, ...]`` of the training set.
+        source: the data set's name, for the message.
+
+    Raises:
+        DataError: (from ``after_create_session``) the data does not fit the model.
+    """
+
+    def __init__(self, spec: Any, train: Any, source: str):
+        self._spec, self._train, self._source, self._done = spec, train, source, False
+
+    def after_create_session(self, session: Any, coord: Any) -> None:
+        if self._done:
+            return
+        self._done = True
+        feeds = {**self._spec.inputs, **self._spec.labels}
+        n = len(next(iter(self._train.values())))
+        try:
+            for i in range(0, n, EVAL_BATCH):
+                session.run(self._spec.loss,
+                            {feeds[k]: v[i:i + EVAL_BATCH] for k, v in self._train.items()})
+        except InvalidArgumentError as e:
+            raise DataError(f"The training data from {self._source} does not fit the model: "
+                            f"{e.message}") from None
+
+
+def make_evaluator(spec: Any, test: Any) -> Callable[[Any], float | None]:
+    """``evaluate(session)``: held-out accuracy in [0, 1] over ``test`` (name -> array)
+    from the ``classes`` output (or the argmax of a sole ``[batch, classes]`` output); one
+    that returns None when the model has no such output, more than one input or label,
+    or ``test`` is empty."""
+    if len(spec.labels) != 1 or len(spec.inputs) != 1:
+        return lambda sess: None
+    out = spec.outputs.get("classes")
+    if out is None and len(spec.outputs) == 1:
+        (only,) = spec.outputs.values()
+        if only.get_shape().ndims == 2:
+            with only.graph.as_default():
+                out = argmax(only, axis=1)
+    if out is None:
+        return lambda sess: None
+    (x_name, x), = spec.inputs.items()
+    (y_name, _), = spec.labels.items()
+    xs, ys = test[x_name], test[y_name]
+
+    def evaluate(sess: Any) -> float | None:
+        if len(xs) == 0:
+            return None
+        preds = np.concatenate([sess.run(out, {x: xs[i:i + EVAL_BATCH]})
+                                for i in range(0, len(xs), EVAL_BATCH)])
+        return float(np.mean(preds.reshape(-1) == ys.reshape(-1)))
+
+    return evaluate
