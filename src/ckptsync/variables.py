@@ -125,6 +125,9 @@ class Variable:
         return self._variable.shape
 
     def value(self) -> Tensor:
+        """The variable's tensor (the ``VariableV2`` op's output, of its dtype and shape):
+        read, it yields the start-of-run value; as the ref input of an assign or an
+        optimizer's apply op, it names the variable that op writes."""
         return self._variable
 
     def read_value(self) -> Tensor:
