@@ -16,7 +16,7 @@ Example:
     6.0
 """
 
-import importlib
+import importlib as _importlib
 
 from . import dtypes, errors, nn  # noqa: F401
 from .device import DeviceSpec  # noqa: F401
@@ -144,5 +144,5 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str):  # lazy subpackages that sit above the runtime
     if name in ("train", "checkpoint", "serving", "distributed", "data"):
-        return importlib.import_module(f".{name}", __name__)
+        return _importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'ckptsync' has no attribute {name!r}")
