@@ -4,9 +4,9 @@ Runs ``run_training`` (the loop behind ``trainer run``) on the digits MLP in thi
 alternating the two settings, and measures steps/s between the first and the last step
 (startup excluded). The last line is the headline ratio (with checkpoints / without).
 
-It also prints where things ran: the CPUs the writer process was pinned to (those of the
-checkpoint disk's interrupts, see ``ckptsync.checkpoint._placement``; set
-``CKPTSYNC_WRITER_CPUS=none`` to compare without) and the CPUs the trainer was seen on.
+It also prints where things ran: the CPUs the writer process was pinned to (only with
+``CKPTSYNC_WRITER_CPUS`` set, see ``ckptsync.workers.placement``) and the CPUs the
+trainer was seen on.
 
     python benchmarks/bench_trainer.py [--steps 3000] [--repeats 7] [--sync]
 """
@@ -19,10 +19,10 @@ import os
 import tempfile
 import time
 
+from ckptsync.checkpoint._placement import writer_cpus
 from threadpoolctl import threadpool_limits
 
 from ckptsync.app import Progress, TrainerOptions, run_training
-from ckptsync.checkpoint._placement import writer_cpus
 
 try:
     from benchmarks._common import alternate, summary
@@ -76,8 +76,7 @@ def main() -> None:
         "no checkpoints": lambda: steps_per_s(args.steps, None, False, seen["without"]),
     }
     samples = alternate(cases, args.repeats)
-    with tempfile.TemporaryDirectory() as d:
-        pinned = writer_cpus(d)
+    pinned = writer_cpus()
     print(f"trainer loop, digits MLP, batch 64, Adam; {args.steps} steps x {args.repeats}")
     print(f"writer process pinned to CPUs: {_cpu_list(pinned) if pinned else 'not pinned'}; "
           f"trainer seen on CPUs (with checkpoints) {_share(seen['with'])}, "

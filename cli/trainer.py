@@ -94,11 +94,11 @@ def run(**kw: Any) -> None:
 
 def _run(chief: bool, **kw: Any) -> None:
     from ckptsync.app import TrainerOptions, run_training  # deferred: start-up time
-    from ckptsync.checkpoint._placement import check_setting as check_writer_cpus  # as above
     from ckptsync.data import DataError  # deferred: start-up time
     from ckptsync.errors import CkptsyncError, CkptsyncValueError  # deferred: as above
     from ckptsync.model_spec import ModelFileError  # deferred: as above
     from ckptsync.train.basic_hooks import NanLossDuringTrainingError  # deferred: as above
+    from ckptsync.workers.placement import check_setting as check_writer_cpus  # as above
 
     log_format = kw.pop("log_format")
     log_level = kw.pop("log_level")

@@ -59,12 +59,3 @@ def make_readonly(tmp_path: Path) -> Iterator[tuple[Path, object]]:
         finally:
             if not mounted:
                 directory.chmod(0o755)
-
-
-def voluntary_switches(pid: int) -> int:
-    """How often process ``pid`` has gone to sleep (``voluntary_ctxt_switches``)."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("voluntary_ctxt_switches:"):
-                return int(line.split()[1])
-    raise AssertionError("no voluntary_ctxt_switches")

@@ -35,7 +35,7 @@ def _write_both(tmp: Path, name: str, arrays: dict, step: int | None, meta: dict
                 created: float = 1700000000.25) -> tuple[bytes, bytes]:
     """(HDF5's file, the image's file) for the same save, at the same time."""
     with mock.patch("time.time", return_value=created):
-        with mock.patch.object(writer_mod, "USE_METADATA_IMAGES", False):
+        with mock.patch.object(_image, "image_for", return_value=None):  # plain HDF5
             write_checkpoint(tmp / f"{name}-hdf5", arrays, step, meta)
         with mock.patch.object(writer_mod, "H5Writer", side_effect=AssertionError("HDF5 used")):
             write_checkpoint(tmp / f"{name}-image", arrays, step, meta)
@@ -94,19 +94,21 @@ def test_metadata_of_nearby_lengths_shares_one_image(tmp_path: Path) -> None:
         assert reader.metadata == {"offset": 7777}
 
 
-@pytest.mark.parametrize("why", ["no checksum function", "chunks do not verify", "too large"])
+@pytest.mark.parametrize("why", ["no checksum function", "chunks do not verify", "too large",
+                                 "too many variables"])
 def test_layouts_without_a_usable_image_are_written_by_hdf5(tmp_path: Path, why: str) -> None:
     arrays = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "s": np.int64(4)}
     patches = {
         "no checksum function": mock.patch.object(_image, "_checksum_fn", None),
         "chunks do not verify": mock.patch.object(_image, "_checksum", return_value=0),
         "too large": mock.patch.object(_image, "MAX_DATA_BYTES", 8),
+        "too many variables": mock.patch.object(_image, "MAX_VARIABLES", 1),  # issue #16
     }
     with patches[why], mock.patch.dict(_image._cache, clear=True):
         assert _image.image_for(*_args(arrays)) is None
         with mock.patch("time.time", return_value=1.5e9):
             write_checkpoint(tmp_path / "m-image", arrays, 5, {"a": 1})
-            with mock.patch.object(writer_mod, "USE_METADATA_IMAGES", False):
+            with mock.patch.object(_image, "image_for", return_value=None):  # plain HDF5
                 write_checkpoint(tmp_path / "m-hdf5", arrays, 5, {"a": 1})
     assert (tmp_path / "m-image.h5").read_bytes() == (tmp_path / "m-hdf5.h5").read_bytes()
     np.testing.assert_array_equal(read_checkpoint(tmp_path / "m-image", verify=True)["w"],

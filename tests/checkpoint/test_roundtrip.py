@@ -21,10 +21,12 @@ from ckptsync.errors import (
 
 @pytest.fixture(autouse=True, params=["images", "hdf5"])
 def write_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every round trip twice: through metadata images (the default) and through HDF5."""
-    from ckptsync.checkpoint import writer
+    """Every round trip twice: through metadata images and the raw fast read (the
+    default) and through plain HDF5 (the reference: no image is ever made)."""
+    from ckptsync.checkpoint import _image
 
-    monkeypatch.setattr(writer, "USE_METADATA_IMAGES", request.param == "images")
+    if request.param == "hdf5":
+        monkeypatch.setattr(_image, "image_for", lambda *args, **kwargs: None)
     return str(request.param)
 
 

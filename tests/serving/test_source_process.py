@@ -134,19 +134,33 @@ def test_bad_interval_is_refused(tmp_path):
         source.start()
 
 
-def test_close_while_starting_leaves_nothing_watching(tmp_path):
+def test_close_while_starting_leaves_nothing_watching(tmp_path, monkeypatch):
     publish(tmp_path, 1)
+    # A child that takes its configuration and never answers: start() waits for its
+    # first listing until close() (on the event "the child runs") ends it.
+    child = ("import socket, sys\n"
+             "s = socket.socket(fileno=int(sys.argv[-1]))\n"
+             "while s.recv(1 << 16):\n"
+             "    pass\n")
+    monkeypatch.setattr(sp, "SOURCE_COMMAND", [sys.executable, "-c", child])
     calls = []
     source = ProcessCheckpointSource(tmp_path, calls.append, rescan_interval_s=0.05)
-    closer = threading.Timer(0.05, source.close)
+
+    def close_once_the_child_runs():
+        wait_until(lambda: source.pid is not None, timeout_s=30)
+        source.close()
+
+    closer = threading.Thread(target=close_once_the_child_runs)
     closer.start()
-    source.start()  # the child is killed under it: no in-process fallback after close
-    closer.join(10)
+    source.start()  # the child is stopped under it: no in-process fallback after close
+    closer.join(30)
+    assert not closer.is_alive()
     assert not source.alive and source.pid is None and source._local is None
-    before = len(calls)
+    # Nothing is left that could call back: no child, no receiving thread, no local
+    # source (so no clock needs to pass to show that no listing arrives).
+    assert source._thread is None
     publish(tmp_path, 2)
-    time.sleep(0.3)
-    assert len(calls) == before
+    assert calls == []
 
 
 def test_a_stopped_child_is_not_alive_and_close_stays_bounded(tmp_path, monkeypatch):

@@ -245,7 +245,7 @@ def test_require_finite_refuses_nan_and_keeps_the_last_good_state(
 def test_async_queued_saves_roll_back_from_the_failed_one(
         model: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from ckptsync.errors import DataLossError
-    from tests.checkpoint.test_async_writer import _slow_worker
+    from tests.workers.test_async_writer import _slow_worker
 
     sess, v = model
     _slow_worker(monkeypatch, fail_prefix_part="m-3")
@@ -267,7 +267,7 @@ def test_async_queued_saves_roll_back_from_the_failed_one(
 def test_close_with_a_queued_failure_keeps_the_saves_confirmed_before_it(
         model: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from ckptsync.errors import DataLossError
-    from tests.checkpoint.test_async_writer import _slow_worker
+    from tests.workers.test_async_writer import _slow_worker
 
     sess, _ = model
     _slow_worker(monkeypatch, fail_prefix_part="m-3")

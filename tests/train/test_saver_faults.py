@@ -17,8 +17,8 @@ import pytest
 
 import ckptsync as cs
 from ckptsync import checkpoint as ckpt
-from ckptsync.checkpoint import _async_writer
 from ckptsync.errors import DataLossError, ResourceExhaustedError, UnknownError
+from ckptsync.workers import async_writer as _async_writer
 
 pytestmark = pytest.mark.slow
 
@@ -70,18 +70,37 @@ def test_writer_sigkilled_at_random_moments_leaves_a_verified_latest(tmp_path: P
     """60 trainer processes (forked from one warm parent) are SIGKILLed at random moments
     of a save loop: during the data write, fsync, rename, state file, deletion. After
     each kill latest_checkpoint names a checkpoint that reads, verifies and is
-    consistent, and the next Saver sweeps the dead writers' temp files."""
+    consistent, and the next Saver sweeps the dead writers' temp files. Every tenth
+    process is killed on an event, not a clock: it says (through a pipe) that it is
+    inside the fsync of its second save's temp file, and waits there for its kill, so
+    that some kills surely land mid-write, after a published checkpoint."""
     result = _run_script(
         """
         import time
         random.seed(0)
-        kills, with_temp, steps = 0, 0, []
+        kills, with_temp, mid_write, steps = 0, 0, 0, []
         step = 0
         for i in range(60):
             step += 1000
+            on_event = i % 10 == 0
+            ready_r, ready_w = os.pipe()
             pid = os.fork()
             if pid == 0:
                 try:
+                    os.close(ready_r)
+                    if on_event:
+                        real_fsync = os.fsync
+                        temp_fsyncs = [0]
+                        def fsync_then_wait(fd):
+                            if ".tmp-" in os.readlink(f"/proc/self/fd/{fd}"):
+                                temp_fsyncs[0] += 1
+                                # the third: the second save's data file, after the
+                                # first save (data file, state file) is published
+                                if temp_fsyncs[0] == 3:
+                                    os.write(ready_w, b"x")  # inside that fsync
+                                    time.sleep(3600)  # until the kill
+                            real_fsync(fd)
+                        os.fsync = fsync_then_wait
                     saver = cs.train.Saver(max_to_keep=2)
                     s = step
                     while True:
@@ -90,8 +109,13 @@ def test_writer_sigkilled_at_random_moments_leaves_a_verified_latest(tmp_path: P
                         s += 1
                 finally:
                     os._exit(1)
-            random_delay = random.uniform(0.0, 0.08)
-            time.sleep(random_delay)
+            os.close(ready_w)
+            if on_event:
+                assert os.read(ready_r, 1) == b"x"  # blocks until the child is mid-write
+                mid_write += 1
+            else:
+                time.sleep(random.uniform(0.0, 0.08))
+            os.close(ready_r)
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             kills += 1
@@ -100,14 +124,16 @@ def test_writer_sigkilled_at_random_moments_leaves_a_verified_latest(tmp_path: P
         saver = cs.train.Saver()
         set_step(10**7)
         saver.save(sess, os.path.join(d, "model.ckpt"), global_step=10**7)
-        print(json.dumps({"kills": kills, "with_temp": with_temp, "steps": steps,
-                          "temp_after": temp_files(), "final": check_latest()}))
+        print(json.dumps({"kills": kills, "with_temp": with_temp, "mid_write": mid_write,
+                          "steps": steps, "temp_after": temp_files(),
+                          "final": check_latest()}))
         """,
         str(tmp_path),
         timeout_s=90,
     )
     assert result["kills"] == 60
-    assert result["with_temp"] >= 1, "no kill landed mid-write; the test lost its power"
+    assert result["mid_write"] == 6
+    assert result["with_temp"] >= result["mid_write"], "a kill mid-write left no temp file"
     assert result["temp_after"] == []
     assert result["final"] == 10**7
     assert any(s is not None for s in result["steps"])
@@ -221,7 +247,7 @@ def _model(tmp_path: Path) -> tuple[Any, Any]:
 
 
 def _wrapped_worker(monkeypatch: pytest.MonkeyPatch, prelude: str) -> None:
-    code = prelude + "\nfrom ckptsync.checkpoint._async_worker import worker_main; worker_main()"
+    code = prelude + "\nfrom ckptsync.workers._writer_child import worker_main; worker_main()"
     monkeypatch.setattr(_async_writer, "WORKER_COMMAND", [sys.executable, "-c", code])
 
 
@@ -356,7 +382,7 @@ def _dies_after_publishing(monkeypatch: pytest.MonkeyPatch, marker: str,
     job whose prefix contains ``marker`` (its jobs take ``slow_s`` longer)."""
     _wrapped_worker(monkeypatch, textwrap.dedent(f"""
         import os, time
-        from ckptsync.checkpoint import _async_worker as a
+        from ckptsync.workers import _writer_child as a
         real = a._run_job
         def run(job, arrays):
             time.sleep({slow_s!r})
@@ -422,7 +448,7 @@ def test_async_refusal_is_raised_even_if_the_writer_died_after_replying(
         writer = saver._writer
         assert writer is not None and writer.pid is not None
         # Its refusal is in the socket, not read yet; then the writer dies.
-        assert select.select([writer._sock], [], [], 10.0)[0]
+        assert select.select([writer.worker.sock], [], [], 10.0)[0]
         os.kill(writer.pid, signal.SIGKILL)
         time.sleep(0.2)
         with pytest.raises(cs.errors.InvalidArgumentError, match="Variable w holds NaN"):

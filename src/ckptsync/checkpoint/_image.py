@@ -24,7 +24,7 @@ layout copies the metadata pieces, puts the values in, recomputes the touched ch
 checksums and writes the file with ``writev``: metadata pieces and the arrays' own
 memory in file order, no copy of the data. The file is the one HDF5 would have written.
 
-Anything unexpected (a layout over :data:`MAX_DATA_BYTES`, a sentinel not found once, a
+Anything unexpected (a layout over :data:`MAX_DATA_BYTES` or :data:`MAX_VARIABLES`, a sentinel not found once, a
 value outside a verified chunk, a failed self-check, no ``H5_checksum_metadata`` in the
 loaded HDF5 library) leaves that layout to the plain writer; it is never an error.
 
@@ -51,7 +51,7 @@ import numpy as np
 from . import _format
 from ._h5layout import H5Writer, RootValues, write_layout
 
-__all__ = ["MAX_DATA_BYTES", "MetadataImage", "image_for", "layout_key"]
+__all__ = ["MAX_DATA_BYTES", "MAX_VARIABLES", "MetadataImage", "image_for", "layout_key"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +59,10 @@ logger = logging.getLogger(__name__)
 # holds two in-memory copies of the file once, and at this size the metadata's few
 # milliseconds are small next to writing the data.
 MAX_DATA_BYTES = 8 << 20
+# Layouts of more variables are written by HDF5 every time: finding every sentinel is
+# quadratic in the variable count (issue #16: 16,000 scalars took 31 s to build), and
+# past a few hundred variables HDF5's own metadata cost is no longer the larger part.
+MAX_VARIABLES = 1024
 _CACHE_SIZE = 16
 _IOV_MAX = 512  # below every platform's IOV_MAX (1024 on Linux)
 
@@ -445,7 +449,7 @@ def image_for(values: RootValues, names: Sequence[str], arrays: Mapping[str, np.
               paths: Mapping[str, str]) -> MetadataImage | None:
     """The (cached) image of this save's layout, building it on first use; None where
     the layout is written by HDF5 (too large, or an image could not be verified)."""
-    if sum(arrays[n].nbytes for n in names) > MAX_DATA_BYTES:
+    if len(names) > MAX_VARIABLES or sum(arrays[n].nbytes for n in names) > MAX_DATA_BYTES:
         return None
     key = layout_key(names, arrays, values.global_step is not None, values.writer,
                      values.metadata_json)

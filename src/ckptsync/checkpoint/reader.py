@@ -16,7 +16,7 @@ import errno
 import json
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -28,7 +28,15 @@ from . import _fast_read, _format
 from ._atomic import op_error_from_os_error
 from ._read_io import _FLOAT64, _INT64, _RAW_READS, _ReadIO
 
-__all__ = ["CheckpointReader", "read_checkpoint"]
+__all__ = ["Allocator", "CheckpointReader", "read_checkpoint", "read_checkpoint_into"]
+
+#: Given ``(key, dtype, shape)`` of the variables to read, in order, returns a
+#: C-contiguous array of each, to read into (see :func:`read_checkpoint_into`).
+Allocator = Callable[[list[tuple[str, np.dtype, tuple[int, ...]]]], list[np.ndarray]]
+
+
+def _new_arrays(specs: list[tuple[str, np.dtype, tuple[int, ...]]]) -> list[np.ndarray]:
+    return [np.empty(shape, dtype) for _, dtype, shape in specs]
 
 
 def _not_found(prefix: str, path: str) -> OpError:
@@ -301,17 +309,52 @@ def read_checkpoint(
     Example:
         >>> arrays = read_checkpoint("ckpts/model.ckpt-1200")  # doctest: +SKIP
     """
+    return read_checkpoint_into(prefix, names, _new_arrays, verify)
+
+
+def read_checkpoint_into(
+    prefix: str | os.PathLike[str],
+    names: Iterable[str] | None,
+    allocate: Allocator,
+    verify: bool = True,
+) -> dict[str, np.ndarray]:
+    """:func:`read_checkpoint`, reading into arrays that ``allocate`` returns (e.g. views
+    of a shared-memory buffer).
+
+    The one read path: a file whose layout this process has read before is read without
+    HDF5 (``_fast_read``: every metadata byte is compared with that layout's image, so
+    a file that differs anywhere is left to HDF5); any other file, and any doubt, goes
+    through :class:`CheckpointReader`, which reports every problem.
+
+    Args:
+        prefix, names, verify: as :func:`read_checkpoint`.
+        allocate: given ``(key, dtype, shape)`` of the variables to read, in order,
+            returns one C-contiguous array of each. It may be called twice (the fast
+            path gave up after allocating); arrays of an earlier call are then unused.
+
+    Returns:
+        key → the array ``allocate`` returned for it, filled, in the order of ``names``.
+
+    Raises:
+        As :func:`read_checkpoint`.
+    """
     if isinstance(names, str):  # one name, not its characters
         names = [names]
-    names = None if names is None else list(names)
-    known = _fast_read.read_known(_format.data_path(os.fspath(prefix)), names, verify)
+    wanted: Sequence[str] | None = None if names is None else list(names)
+
+    def outs_for(entries: list[_format.IndexEntry]) -> list[np.ndarray]:
+        return allocate([(e.name, e.dtype, e.shape) for e in entries])
+
+    known = _fast_read.read_known(_format.data_path(os.fspath(prefix)), wanted, verify,
+                                  outs_for)
     if known is not None:  # a learned layout: read without HDF5, as below
         return known
     with CheckpointReader(prefix) as reader:
-        wanted = sorted(reader._index) if names is None else names
-        for name in wanted:
+        keys = sorted(reader._index) if wanted is None else list(wanted)
+        for name in keys:
             if not reader.has_tensor(name):
                 raise _key_not_found(name, reader.path)
-        out = dict(zip(wanted, reader._read_tensors(wanted, verify)))
+        outs = outs_for([reader._index[n] for n in keys])
+        out = dict(zip(keys, reader._read_tensors(keys, verify, outs)))
         _fast_read.learn(reader)
         return out

@@ -1,6 +1,13 @@
 """write_checkpoint: a dict of named numpy arrays → one immutable HDF5 file.
 
 The layout is pinned in docs/checkpoint-format.md and by tests/checkpoint/test_layout.py.
+One write path: the metadata of a layout saved before is written from its image
+(``_image``, the same bytes HDF5 writes; tests compare both), all other files through
+HDF5 (``_h5layout``); the data is written straight from the arrays either way.
+
+Also the checks a caller that hands arrays on to a writer later (the async writer)
+runs up front: :func:`prepare_arrays`, :func:`check_global_step`,
+:func:`metadata_json`, :func:`first_nonfinite`.
 """
 
 from __future__ import annotations
@@ -18,9 +25,11 @@ import numpy as np
 from ..errors import CkptsyncTypeError, CkptsyncValueError
 from . import _format, _image
 from ._atomic import publish
+from ._format import first_nonfinite
 from ._h5layout import H5Writer, RootValues, write_layout
 
-__all__ = ["write_checkpoint"]
+__all__ = ["check_global_step", "first_nonfinite", "metadata_json", "prepare_arrays",
+           "write_checkpoint"]
 
 
 def _writer_name() -> str:
@@ -33,12 +42,15 @@ def _writer_name() -> str:
 WRITER = _writer_name()
 MAX_METADATA_BYTES = 60 * 1024
 _METADATA_PAD_BYTES = 64
-# Write known layouts from their metadata image (``_image``) instead of through HDF5.
-# The files are the same byte for byte; False forces HDF5 (tests compare the two).
-USE_METADATA_IMAGES = True
 
 
 def check_global_step(global_step: Any) -> int | None:
+    """``global_step`` as an int (None stays None).
+
+    Raises:
+        CkptsyncTypeError: not an int (bool included) or None.
+        CkptsyncValueError: outside int64.
+    """
     if global_step is None:
         return None
     if isinstance(global_step, (bool, np.bool_)) or not isinstance(global_step, (int, np.integer)):
@@ -51,6 +63,12 @@ def check_global_step(global_step: Any) -> int | None:
 
 
 def metadata_json(metadata: Mapping[str, Any] | None) -> str:
+    """``metadata`` as the JSON text stored in the file (``"{}"`` for None).
+
+    Raises:
+        CkptsyncTypeError: not a mapping with str keys, or not JSON-serializable.
+        CkptsyncValueError: over 60 KiB as JSON.
+    """
     if metadata is None:
         return "{}"
     if not isinstance(metadata, Mapping) or not all(isinstance(k, str) for k in metadata):
@@ -102,7 +120,13 @@ def _write_raw(path: str, offsets: list[tuple[int, np.ndarray]]) -> None:
         os.close(fd)
 
 
-def _prepare(arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
+def prepare_arrays(arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Validates the keys and normalizes the values of ``arrays`` (C-contiguous ndarrays
+    of a supported dtype, native byte order), as :func:`write_checkpoint` stores them.
+
+    Raises:
+        CkptsyncTypeError, CkptsyncValueError: as :func:`write_checkpoint`.
+    """
     if not isinstance(arrays, Mapping):
         raise CkptsyncTypeError(
             f"arrays must be a mapping from key to array; got {type(arrays).__name__}."
@@ -167,7 +191,7 @@ def write_checkpoint(
     prefix_str = path[: -len(_format.DATA_SUFFIX)]
     step = check_global_step(global_step)
     meta = metadata_json(metadata)
-    prepared = _prepare(arrays)
+    prepared = prepare_arrays(arrays)
     entries = [_format.entry_for(k, prepared[k]) for k in sorted(prepared)]
     index = _format.encode_index(entries)
     paths = _format.hdf5_paths(list(prepared))
@@ -184,8 +208,7 @@ def write_checkpoint(
     raw = _raw_writes_are_safe()
     # Images reproduce the raw-write layout, so they are used only where HDF5 would
     # write that layout too.
-    image = _image.image_for(values, names, prepared, paths) if (
-        USE_METADATA_IMAGES and raw) else None
+    image = _image.image_for(values, names, prepared, paths) if raw else None
 
     def write(tmp: str) -> None:
         if image is not None:

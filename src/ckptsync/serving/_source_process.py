@@ -9,7 +9,8 @@ trainer publishes. In the child they run on another core. The server sees one me
 per changed listing. This is the role of TF Serving's source thread, which needs no
 process of its own in C++.
 
-Protocol (frames of :mod:`ckptsync.checkpoint._ipc` over a Unix socket pair)::
+Protocol (frames of :mod:`ckptsync.workers.frames` over the socket of a
+:class:`~ckptsync.workers.WorkerProcess`)::
 
     server                                    source process
     ------                                    --------------
@@ -37,23 +38,15 @@ import logging
 import os
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from typing import Any
 
-from ..checkpoint._ipc import (
-    NOT_READY,
-    FrameReader,
-    encode_frame,
-    how_it_ended,
-    send_frame,
-    start_worker,
-    stop_worker,
-)
+from ..workers import WorkerProcess
+from ..workers.frames import NOT_READY, FrameReader, encode_frame, send_frame
+from ..workers.process import how_it_ended, python_command
 from .source import AspiredVersion, AspiredVersions, CheckpointSource
 
 __all__ = ["ProcessCheckpointSource", "source_main"]
@@ -62,11 +55,7 @@ logger = logging.getLogger(__name__)
 
 # The child's command line; the socket's fd number is appended. A module attribute so
 # tests can replace the child (e.g. by one that exits at once).
-SOURCE_COMMAND: list[str] = [
-    sys.executable,
-    "-c",
-    "from ckptsync.serving._source_process import source_main; source_main()",
-]
+SOURCE_COMMAND: list[str] = python_command("ckptsync.serving._source_process", "source_main")
 _START_TIMEOUT_S = 60.0  # the child imports ckptsync and does one rescan first
 _CLOSE_TIMEOUT_S = 10.0
 _RESTART_DELAY_S = 0.5
@@ -203,9 +192,8 @@ class ProcessCheckpointSource:
         self._poll = poll
         self._rescan_interval_s = float(rescan_interval_s)
         self._lock = threading.Lock()  # the child's process and socket
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._sock: socket.socket | None = None
-        self._finalizer: weakref.finalize[Any, Any] | None = None
+        self._worker = WorkerProcess(lambda: SOURCE_COMMAND, "checkpoint source",
+                                     _CLOSE_TIMEOUT_S)
         self._thread: threading.Thread | None = None
         self._closed = False
         self._local: CheckpointSource | None = None  # where no process could be started
@@ -279,10 +267,10 @@ class ProcessCheckpointSource:
         """True while the child runs, its watcher is alive and this side receives."""
         if self._local is not None:
             return self._local.alive
-        proc, thread = self._proc, self._thread
+        worker, thread = self._worker, self._thread
         recent = time.monotonic() - self._heard_at < _HEARTBEAT_TIMEOUT_S  # not stopped
         return bool(not self._closed and thread is not None and thread.is_alive()
-                    and proc is not None and proc.poll() is None and self._child_alive
+                    and worker.running and not worker.exited() and self._child_alive
                     and recent)
 
     @property
@@ -301,8 +289,7 @@ class ProcessCheckpointSource:
     @property
     def pid(self) -> int | None:
         """The child's pid, or None while none runs (or the source runs in this process)."""
-        proc = self._proc
-        return None if proc is None else proc.pid
+        return self._worker.pid
 
     def rescan(self) -> AspiredVersions | None:
         """Asks for a rescan now; returns the last listing received (a changed one
@@ -310,7 +297,7 @@ class ProcessCheckpointSource:
         if self._local is not None:
             return self._local.rescan()
         with self._lock:
-            sock = self._sock
+            sock = self._worker.sock
             if sock is not None:
                 # Never waits: with a full socket (a stopped child) a rescan is pending
                 # anyway. A Unix stream socket takes a message this small whole or not
@@ -323,14 +310,10 @@ class ProcessCheckpointSource:
 
     # -- the child -----------------------------------------------------------------------
     def _spawn(self) -> FrameReader:
-        proc, parent = start_worker(SOURCE_COMMAND)
         with self._lock:
-            if self._closed:  # closed while this one started
-                stop_worker(proc, parent, _CLOSE_TIMEOUT_S, "checkpoint source")
+            if self._closed:
                 raise OSError("the source was closed")
-            self._proc, self._sock = proc, parent
-            self._finalizer = weakref.finalize(self, stop_worker, proc, parent,
-                                               _CLOSE_TIMEOUT_S, "checkpoint source")
+            parent = self._worker.start()
         send_frame(parent, b"", {
             "dir": self.checkpoint_dir, "poll": self._poll,
             "rescan_interval_s": self._rescan_interval_s,
@@ -339,9 +322,7 @@ class ProcessCheckpointSource:
         return FrameReader(parent)
 
     def _stop_child(self) -> None:
-        if self._finalizer is not None:
-            self._finalizer()  # closes the socket and reaps the child, once
-        self._proc = self._sock = self._finalizer = None
+        self._worker.stop()  # closes the socket and reaps the child, once
 
     def _handle(self, doc: Any) -> None:
         self._heard_at = time.monotonic()
@@ -365,20 +346,19 @@ class ProcessCheckpointSource:
 
     def _receive_loop(self, reader: FrameReader) -> None:
         while True:
-            finalizer = self._finalizer
             doc = reader.next()
             if doc is not None:
                 self._handle(doc)
                 continue
-            if self._closed or (finalizer is not None and not finalizer.alive):
+            if self._closed or not self._worker.running:
                 return  # closed here (or at interpreter exit), not a death
             with self._lock:
-                proc = self._proc
+                pid = self._worker.pid
                 self._stop_child()  # reaps it
             self._child_alive = False
             logger.warning("the checkpoint source process (pid %s) %s; starting another",
-                           None if proc is None else proc.pid,
-                           "died" if proc is None else how_it_ended(proc.returncode))
+                           pid, "died" if pid is None
+                           else how_it_ended(self._worker.last_returncode))
             while not self._closed:
                 time.sleep(_RESTART_DELAY_S)
                 if self._closed:

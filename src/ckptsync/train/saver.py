@@ -17,7 +17,7 @@ state file as it was. A Saver deletes only files it recorded itself. The first s
 a directory sweeps the temp files of writers that died there.
 
 With ``async_save=True`` the same steps run in a writer process
-(:class:`ckptsync.checkpoint._async_writer.AsyncCheckpointWriter`): ``save`` returns once
+(:class:`ckptsync.workers.AsyncCheckpointWriter`): ``save`` returns once
 the values are copied into shared memory; saves are written one after the other, in
 order, with a few queued at most (as many copies as fit in 64 MiB, 1 to 16: a full queue
 makes ``save`` wait for the oldest); a failure is raised by a later ``save``,
@@ -41,15 +41,15 @@ import numpy as np
 
 from .. import checkpoint as ckpt
 from .. import errors
-from ..checkpoint._async_writer import AsyncCheckpointWriter, StateUpdate
-from ..checkpoint._format import first_nonfinite
 from ..checkpoint.management import remove_evicted
+from ..checkpoint.writer import first_nonfinite
 from ..errors import (
     CkptsyncRuntimeError,
     CkptsyncValueError,
     InvalidArgumentError,
     NotFoundError,
 )
+from ..workers import AsyncCheckpointWriter, StateUpdate
 from .saver_vars import build_var_map, check_session_graph, get_default_graph_step
 
 __all__ = ["Saver"]

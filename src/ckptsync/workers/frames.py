@@ -1,24 +1,20 @@
-"""What the checkpoint worker processes share: JSON frames over a Unix socket, errors
-sent back by name, and anonymous shared memory.
+"""The frame protocol between an owner and its worker process: JSON frames over a Unix
+socket, file descriptors beside them, and errors sent back by name.
 
 A frame is a one-byte tag (may be empty), a 4-byte big-endian length and a UTF-8 JSON
-document. A shared-memory buffer is a ``memfd`` (an unlinked temp file where memfd is
-missing), passed between processes as a file descriptor (``SCM_RIGHTS``); it vanishes
-with the last process that holds or maps it, so a SIGKILL leaks nothing.
+document. File descriptors (shared buffers, see :mod:`.shared_arrays`) travel with a
+frame as ``SCM_RIGHTS``.
+
+Thread-safety: the functions are safe to call from several threads on different
+sockets; one socket needs one sender and one receiver at a time.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import logging
-import os
 import select
-import signal
 import socket
 import struct
-import subprocess
-import tempfile
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -27,11 +23,9 @@ from ..errors import CkptsyncError, OpError, UnknownError
 
 __all__ = [
     "NOT_READY", "FrameReader", "encode_frame", "error_from_reply", "error_reply",
-    "how_it_ended", "new_shared_fd", "recv_frame", "recv_frame_with_fds", "send_frame",
-    "send_frame_with_fds", "start_worker", "stop_worker",
+    "readable_waiter", "recv_frame", "recv_frame_with_fds", "send_frame",
+    "send_frame_with_fds",
 ]
-
-logger = logging.getLogger(__name__)
 
 _HEADER = struct.Struct(">I")
 
@@ -166,57 +160,6 @@ class FrameReader:
             buf += data
 
 
-def start_worker(command: list[str]) -> tuple[subprocess.Popen[bytes], socket.socket]:
-    """Starts ``command + [fd]``, a worker process holding one end of a new Unix socket
-    pair (fd number appended to its command line); returns it and this side's end.
-
-    The worker gets a session (and process group) of its own, so that a terminal's Ctrl-C,
-    sent to the whole foreground group, never reaches it, not even while it is still
-    importing (before it can ignore SIGINT): the owner decides when it ends, by closing
-    the socket. Raises OSError."""
-    parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        proc = subprocess.Popen([*command, str(child.fileno())], pass_fds=[child.fileno()],
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-    except BaseException:
-        parent.close()
-        raise
-    finally:
-        child.close()
-    return proc, parent
-
-
-def stop_worker(proc: subprocess.Popen[bytes], sock: socket.socket, timeout_s: float,
-                what: str) -> None:
-    """Closes ``sock`` (the worker exits when it sees the end) and reaps ``proc``,
-    killing it after ``timeout_s``. ``what`` names it in the log ("checkpoint writer")."""
-    try:
-        # shutdown first: it wakes a thread of ours blocked in recv on ``sock`` (a plain
-        # close would leave the socket open under that recv: the worker would never see
-        # the end).
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
-        sock.close()
-    finally:
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            logger.error("the %s process (pid %d) did not exit; killing it", what, proc.pid)
-            proc.kill()
-            proc.wait()
-
-
-def how_it_ended(returncode: int | None) -> str:
-    """How a worker process ended, for a log line: ``"was killed by SIGKILL"``,
-    ``"exited with code 3"``."""
-    if returncode is not None and returncode < 0:
-        try:
-            return f"was killed by {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"was killed by signal {-returncode}"
-    return f"exited with code {returncode}"
-
-
 def error_reply(e: BaseException) -> dict[str, Any]:
     """A failed job's reply: the error's class name and message."""
     return {"ok": False, "type": type(e).__name__, "message": getattr(e, "message", str(e))}
@@ -232,20 +175,3 @@ def error_from_reply(reply: Mapping[str, Any]) -> CkptsyncError:
     if isinstance(cls, type) and issubclass(cls, CkptsyncError):
         return cls(message)
     return UnknownError(None, None, f"{name}: {message}")
-
-
-def new_shared_fd(size_bytes: int, name: str = "ckptsync") -> int:
-    """A new anonymous shared-memory file of ``size_bytes`` (zeros). Raises OSError."""
-    memfd_create = getattr(os, "memfd_create", None)
-    if memfd_create is not None:
-        fd = int(memfd_create(name, getattr(os, "MFD_CLOEXEC", 1)))
-    else:  # no memfd: an unlinked temp file, preferably in RAM
-        shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
-        fd, path = tempfile.mkstemp(prefix=name + "-", dir=shm)
-        os.unlink(path)
-    try:
-        os.ftruncate(fd, size_bytes)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd

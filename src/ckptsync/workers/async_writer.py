@@ -36,10 +36,7 @@ import collections
 import logging
 import os
 import socket
-import subprocess
-import sys
 import time
-import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -48,13 +45,14 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .. import errors
+from ..checkpoint import CheckpointReader, get_checkpoint_state, sweep_temp_files
+from ..checkpoint.management import remove_evicted
+from ..checkpoint.writer import check_global_step, metadata_json, prepare_arrays
 from ..errors import CkptsyncRuntimeError, CkptsyncValueError, UnknownError
-from . import _format
-from ._async_slots import Layout, Slot, signature_of
-from ._ipc import NOT_READY, FrameReader, error_from_reply, send_frame, start_worker, stop_worker
-from ._placement import pin_process, writer_cpus
-from .management import remove_evicted
-from .writer import check_global_step, metadata_json
+from .frames import NOT_READY, FrameReader, error_from_reply, send_frame
+from .placement import pin_process, writer_cpus
+from .process import WorkerProcess, python_command
+from .shared_arrays import ArrayLayout, SharedBuffer
 
 __all__ = ["AsyncCheckpointWriter", "StateUpdate"]
 
@@ -62,14 +60,11 @@ logger = logging.getLogger(__name__)
 
 # The worker's command line; the socket's fd number is appended. A module attribute so
 # tests can wrap the worker (e.g. to inject a failing fsync).
-WORKER_COMMAND: list[str] = [
-    sys.executable,
-    "-c",
-    "from ckptsync.checkpoint._async_worker import worker_main; worker_main()",
-]
+WORKER_COMMAND: list[str] = python_command("ckptsync.workers._writer_child", "worker_main")
 _CLOSE_TIMEOUT_S = 60.0
 _MAX_IN_FLIGHT = 16
 _IN_FLIGHT_BUDGET_BYTES = 64 << 20
+_GROW_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -89,6 +84,36 @@ class StateUpdate:
     latest_filename: str = "checkpoint"
 
 
+class _Slot:
+    """One shared buffer the owner copies a save into; the worker maps it by index."""
+
+    def __init__(self) -> None:
+        self.buffer: SharedBuffer | None = None
+        self.sent = False  # the worker has this buffer's fd
+        self.layout: ArrayLayout | None = None  # what ``targets`` were made for
+        self.targets: list[np.ndarray] = []
+
+    def close(self) -> None:
+        self.targets, self.layout = [], None
+        if self.buffer is not None:
+            self.buffer.close()
+            self.buffer = None
+
+    def copy_in(self, layout: ArrayLayout, arrays: Mapping[str, np.ndarray]) -> None:
+        """Copies ``arrays`` (normalized, in ``layout``'s order) into this slot's buffer,
+        growing it (a new buffer, to be sent again) when ``layout`` needs more room."""
+        size = layout.size_bytes
+        if self.buffer is None or self.buffer.size_bytes < size:
+            self.close()
+            self.buffer = SharedBuffer(max(_GROW_BYTES, -(-size // _GROW_BYTES) * _GROW_BYTES),
+                                       "ckptsync-async-save")
+            self.sent = False
+        if self.layout is not layout:
+            self.targets = layout.views(self.buffer.mm)
+            self.layout = layout
+        copyto = np.copyto
+        for dst, src in zip(self.targets, arrays.values()):
+            copyto(dst, src)
 
 
 class _Queued(NamedTuple):
@@ -109,9 +134,6 @@ def _was_published(job: _Queued) -> bool:
     checkpoint published earlier, by this Saver or any other, does not count): the job
     got past its publish, only its deletions may be missing. Any doubt says False (the
     save is then reported as failed, never wrongly as saved)."""
-    from .reader import CheckpointReader
-    from .state import get_checkpoint_state
-
     if job.state is None or job.rewrites:
         return False
     try:
@@ -129,8 +151,6 @@ def _remove_leftovers(lost: list[_Queued], pid: int) -> None:
     (only its own: by pid). A data file it renamed into place before dying is left: it
     cannot be told apart from a same-named checkpoint saved earlier, which must never be
     deleted. Problems are logged, never raised."""
-    from ._atomic import sweep_temp_files
-
     for directory in sorted({os.path.dirname(job.prefix) for job in lost}):
         try:
             sweep_temp_files(directory, pid=pid)
@@ -149,9 +169,8 @@ class AsyncCheckpointWriter:
     one copy.
 
     The worker starts in the constructor (it imports in parallel with the caller's work),
-    in a session of its own (a terminal's Ctrl-C does not reach it). At a save into a new
-    directory it is pinned to the CPUs of that disk's interrupts, where that leaves some
-    of the caller's CPUs free of them (``_placement``; ``CKPTSYNC_WRITER_CPUS``).
+    in a session of its own (a terminal's Ctrl-C does not reach it); with
+    ``CKPTSYNC_WRITER_CPUS`` set it is pinned to those CPUs (:mod:`.placement`).
 
     Args:
         max_in_flight: the most saves queued at once (>= 1); None for the default.
@@ -169,16 +188,16 @@ class AsyncCheckpointWriter:
         if max_in_flight is not None and max_in_flight < 1:
             raise CkptsyncValueError(f"max_in_flight must be >= 1; got {max_in_flight}.")
         self._max_in_flight = max_in_flight
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._worker = WorkerProcess(lambda: WORKER_COMMAND, "checkpoint writer",
+                                     _CLOSE_TIMEOUT_S)
         self._sock: socket.socket | None = None
         self._reader: FrameReader | None = None
-        self._finalizer: weakref.finalize[Any, Any] | None = None
-        self._slots: list[Slot] = []
-        self._layout: Layout | None = None
+        self._slots: list[_Slot] = []
+        self._layout: ArrayLayout | None = None
         self._layout_sent = False
         self._queue: collections.deque[_Queued] = collections.deque()
         self._closed = False
-        self._placed: tuple[int, str] | None = None  # (worker pid, directory) placed
+        self._placed: int | None = None  # the worker pid placed
         self.failed_prefix: str | None = None
         # How many submitted saves the last failure lost: the failed one and those queued
         # after it (the last ``failed_count`` submitted before the failure was raised).
@@ -187,41 +206,40 @@ class AsyncCheckpointWriter:
 
     # -- worker lifecycle ---------------------------------------------------------------
     def _start(self) -> None:
-        proc, parent = start_worker(WORKER_COMMAND)
-        self._proc, self._sock, self._reader = proc, parent, FrameReader(parent)
+        self._sock = self._worker.start()
+        self._reader = FrameReader(self._sock)
         self._layout_sent = False
         for slot in self._slots:
             slot.sent = False
-        self._finalizer = weakref.finalize(self, stop_worker, proc, parent,
-                                           _CLOSE_TIMEOUT_S, "checkpoint writer")
 
-    def _place(self, directory: str) -> None:
-        """Pins the worker to the CPUs that take ``directory``'s disk interrupts (see
-        ``_placement``), once per worker and directory.
+    def _place(self) -> None:
+        """Pins a new worker to the CPUs of ``CKPTSYNC_WRITER_CPUS``, if set (see
+        :mod:`.placement`), once per worker, before its first job.
 
         Raises:
             CkptsyncValueError: a bad ``CKPTSYNC_WRITER_CPUS``.
         """
-        assert self._proc is not None
-        key = (self._proc.pid, directory)
-        if key == self._placed:
+        pid = self._worker.pid
+        if pid is None or pid == self._placed:
             return
-        cpus = writer_cpus(directory)  # may raise: a bad setting
-        self._placed = key
-        pinned = pin_process(self._proc.pid, cpus)  # None: back to the owner's CPUs
-        if cpus is not None and pinned:
-            logger.debug("Checkpoint writer (pid %d) pinned to CPUs %s for %s.",
-                         self._proc.pid, sorted(cpus), directory)
+        cpus = writer_cpus()  # may raise: a bad setting
+        self._placed = pid
+        if cpus is not None and pin_process(pid, cpus):
+            logger.debug("Checkpoint writer (pid %d) pinned to CPUs %s.", pid, sorted(cpus))
 
     def _stop(self) -> None:
-        if self._finalizer is not None:
-            self._finalizer()  # closes the socket and reaps the worker, once
-        self._proc = self._sock = self._finalizer = self._reader = None
+        self._worker.stop()  # closes the socket and reaps the worker, once
+        self._sock = self._reader = None
+
+    @property
+    def worker(self) -> WorkerProcess:
+        """The writer process's :class:`WorkerProcess` (for health checks and tests)."""
+        return self._worker
 
     @property
     def pid(self) -> int | None:
         """The worker process's pid, or None while no worker runs."""
-        return None if self._proc is None else self._proc.pid
+        return self._worker.pid
 
     @property
     def in_flight(self) -> str | None:
@@ -290,27 +308,24 @@ class AsyncCheckpointWriter:
         if layout is not None and layout.fits(arrays):
             prepared = arrays  # the last save's layout: keys valid, arrays normalized
         else:
-            prepared = {
-                _format.validate_key(k): _format.normalize_array(k, v) for k, v in arrays.items()
-            }
-            signature = signature_of(prepared)
-            if layout is None or signature is None or signature != layout.signature:
-                layout = Layout.of(signature, prepared)
+            prepared = prepare_arrays(arrays)
+            if layout is None or not layout.fits(prepared):
+                layout = ArrayLayout.of_arrays(prepared)
         step = check_global_step(global_step)
         metadata_text = None if metadata is None else metadata_json(metadata)  # validates
         depth = self._depth(layout.size_bytes)
         while len(self._queue) >= depth:
             self._collect(block=True, count=1)
         # A worker that died while idle is found by the send below (its socket is closed).
-        if self._proc is None:
+        if self._sock is None:
             self._start()
-        self._place(os.path.dirname(prefix))
+        self._place()
         if layout is not self._layout:
             self._layout, self._layout_sent = layout, False
         busy = {q.slot for q in self._queue}
         index = next((i for i in range(len(self._slots)) if i not in busy), len(self._slots))
         if index == len(self._slots):
-            self._slots.append(Slot())
+            self._slots.append(_Slot())
         slot = self._slots[index]
         slot.copy_in(layout, prepared)
         submitted = time.time()  # the worker's file says it was created after this
@@ -330,7 +345,7 @@ class AsyncCheckpointWriter:
                 self._collect(block=True)  # raises: the queued jobs were lost
             self._stop()
             self._start()
-            self._place(os.path.dirname(prefix))
+            self._place()
             try:
                 self._send(slot, index, job)
             except OSError as e:
@@ -340,14 +355,16 @@ class AsyncCheckpointWriter:
                 ) from e
         self._queue.append(_Queued(prefix, index, state, list(delete), rewrites, submitted))
 
-    def _send(self, slot: Slot, index: int, job: dict[str, Any]) -> None:
+    def _send(self, slot: _Slot, index: int, job: dict[str, Any]) -> None:
         assert self._sock is not None and slot.buffer is not None and self._layout is not None
         if not slot.sent:
-            socket.send_fds(self._sock, [b"F"], [slot.buffer.fd])
+            fd = slot.buffer.fd
+            assert fd is not None  # the owner's buffers keep their fd
+            socket.send_fds(self._sock, [b"F"], [fd])
             send_frame(self._sock, b"", {"slot": index})
             slot.sent = True
         if not self._layout_sent:  # the worker keeps the last layout it was sent
-            job = {**job, "variables": self._layout.entries}
+            job = {**job, "variables": self._layout.to_doc()}
         send_frame(self._sock, b"J", job)
         self._layout_sent = True
 
@@ -360,7 +377,7 @@ class AsyncCheckpointWriter:
         while self._queue and (count is None or taken < count):
             head = self._queue[0]
             prefix = head.prefix
-            assert self._reader is not None and self._proc is not None
+            assert self._reader is not None and self._worker.pid is not None
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
                 reply = self._reader.next(block, timeout)
@@ -379,7 +396,7 @@ class AsyncCheckpointWriter:
             if reply is None and _was_published(head):
                 # The worker died after publishing this checkpoint (before its reply):
                 # it is saved; finish its clean-up here. Jobs queued after it were lost.
-                pid = self._proc.pid
+                pid = self._worker.pid
                 logger.warning("The checkpoint writer process (pid %d) died after publishing "
                                "%s; removing the checkpoints it evicted here.", pid, prefix)
                 remove_evicted(head.delete)
@@ -392,7 +409,7 @@ class AsyncCheckpointWriter:
             dropped = [q.prefix for q in self._queue]
             self.failed_count = 1 + len(dropped)
             if reply is None:
-                pid = self._proc.pid
+                pid = self._worker.pid
                 lost = [head, *self._queue]
                 self._queue.clear()
                 self._stop()  # reaped: its temp files are now a dead writer's

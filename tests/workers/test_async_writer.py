@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from ckptsync.checkpoint import get_checkpoint_state, read_checkpoint
-from ckptsync.checkpoint._async_writer import AsyncCheckpointWriter, StateUpdate
 from ckptsync.errors import CkptsyncRuntimeError, CkptsyncTypeError, InvalidArgumentError
+from ckptsync.workers import AsyncCheckpointWriter, StateUpdate
 
 from .conftest import voluntary_switches
 
@@ -91,8 +91,7 @@ def test_a_changed_layout_and_a_restarted_worker_get_the_new_layout(tmp_path: Pa
             if i == 3:  # the worker dies while idle; a fresh one must be told the layout
                 assert writer.pid is not None
                 os.kill(writer.pid, 9)
-                assert writer._proc is not None
-                writer._proc.wait(timeout=10)
+                writer.worker.wait(timeout_s=10)
             arrays = {k: v * (i + 1) for k, v in arrays.items()}
             writer.submit(str(tmp_path / f"m-{i}"), arrays, global_step=i)
             writer.wait(timeout_s=30)
@@ -106,11 +105,11 @@ def _slow_worker(monkeypatch: pytest.MonkeyPatch, fail_prefix_part: str = "") ->
     """A worker whose jobs take 0.3 s, and fail for prefixes containing the marker."""
     import sys
 
-    from ckptsync.checkpoint import _async_writer
+    from ckptsync.workers import async_writer
 
     code = (
         "import time\n"
-        "from ckptsync.checkpoint import _async_worker as a\n"
+        "from ckptsync.workers import _writer_child as a\n"
         "orig = a._run_job\n"
         "def slow(job, arrays):\n"
         "    time.sleep(0.3)\n"
@@ -119,7 +118,7 @@ def _slow_worker(monkeypatch: pytest.MonkeyPatch, fail_prefix_part: str = "") ->
         "    return orig(job, arrays)\n"
         "a._run_job = slow\n"
         "a.worker_main()\n")
-    monkeypatch.setattr(_async_writer, "WORKER_COMMAND", [sys.executable, "-c", code])
+    monkeypatch.setattr(async_writer, "WORKER_COMMAND", [sys.executable, "-c", code])
 
 
 def test_saves_queue_up_to_max_in_flight_and_are_written_in_order(
@@ -182,12 +181,12 @@ def test_layout_fits_what_a_saver_hands_in():
     """The next save of the same variables is copied as it is (no re-normalizing): a
     global step that is a numpy scalar fits; another shape, order, byte order or plain
     Python values do not (they take the checked path)."""
-    from ckptsync.checkpoint._async_slots import Layout, signature_of
-    from ckptsync.checkpoint._format import normalize_array
+    from ckptsync.checkpoint.writer import prepare_arrays
+    from ckptsync.workers.shared_arrays import ArrayLayout
 
     arrays = {"w": np.ones((2, 3), np.float32), "global_step": np.int64(7)}
-    prepared = {k: normalize_array(k, v) for k, v in arrays.items()}
-    layout = Layout.of(signature_of(prepared), prepared)
+    prepared = prepare_arrays(arrays)
+    layout = ArrayLayout.of_arrays(prepared)
     assert layout.fits(arrays) and layout.fits(prepared)
     assert layout.fits({"w": np.ones((3, 2), np.float32).T.copy().T.T, "global_step": np.int64(1)})
     assert not layout.fits({"w": np.ones((3, 2), np.float32), "global_step": np.int64(7)})
@@ -207,7 +206,7 @@ def test_reading_a_reply_does_not_wake_the_idle_worker(tmp_path: Path) -> None:
 
     with AsyncCheckpointWriter() as writer:
         writer.submit(str(tmp_path / "m-1"), {"w": np.ones(3)}, global_step=1)
-        sock = writer._sock
+        sock = writer.worker.sock
         assert sock is not None and writer.pid is not None
         assert select.select([sock], [], [], 10.0)[0], "no reply within 10 s"
         before, deadline = -1, time.monotonic() + 10.0
@@ -226,7 +225,7 @@ _CTRL_C_SCRIPT = """
 import signal, sys
 import numpy as np
 signal.signal(signal.SIGINT, lambda *a: None)  # this process survives its Ctrl-C
-from ckptsync.checkpoint._async_writer import AsyncCheckpointWriter
+from ckptsync.workers import AsyncCheckpointWriter
 w = AsyncCheckpointWriter()
 w.submit(sys.argv[1], {"w": np.ones(3)}, global_step=1)  # queued while it imports
 print("started", flush=True)

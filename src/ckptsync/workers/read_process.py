@@ -27,51 +27,39 @@ reads run one at a time.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import mmap
 import os
 import signal
 import socket
-import subprocess
 import sys
 import threading
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from ..checkpoint.reader import read_checkpoint_into
 from ..errors import CkptsyncRuntimeError, DataLossError, UnknownError
-from ._ipc import (
+from .frames import (
     error_from_reply,
     error_reply,
-    how_it_ended,
-    new_shared_fd,
     readable_waiter,
     recv_frame,
     recv_frame_with_fds,
     send_frame,
     send_frame_with_fds,
-    start_worker,
-    stop_worker,
 )
+from .process import WorkerProcess, python_command
+from .shared_arrays import ArrayLayout, SharedBuffer
 
 __all__ = ["CheckpointReadProcess", "reader_main"]
 
 logger = logging.getLogger(__name__)
 
 # The worker's command line; the socket's fd number is appended.
-READER_COMMAND: list[str] = [
-    sys.executable,
-    "-c",
-    "from ckptsync.checkpoint._read_process import reader_main; reader_main()",
-]
-_ALIGN_BYTES = 64
+READER_COMMAND: list[str] = python_command("ckptsync.workers.read_process", "reader_main")
 _CLOSE_TIMEOUT_S = 10.0
 _CLOSE_LOCK_WAIT_S = 1.0
-
-
 
 
 class CheckpointReadProcess:
@@ -91,13 +79,15 @@ class CheckpointReadProcess:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._sock: socket.socket | None = None
-        self._finalizer: weakref.finalize[Any, Any] | None = None
+        self._worker = WorkerProcess(lambda: READER_COMMAND, "checkpoint reader",
+                                     _CLOSE_TIMEOUT_S)
         self._closed = False
-        #: Workers replaced after dying (while idle or while reading).
-        self.restarts = 0
-        self._start()
+        self._worker.start()
+
+    @property
+    def restarts(self) -> int:
+        """Workers replaced after dying (while idle or while reading)."""
+        return self._worker.restarts
 
     def check(self) -> None:
         """Replaces a worker that died while idle (reaps it, logs how it ended, counts
@@ -106,7 +96,7 @@ class CheckpointReadProcess:
         if not self._lock.acquire(blocking=False):
             return
         try:
-            if not self._closed and self._proc is not None and self._proc.poll() is not None:
+            if not self._closed and self._worker.exited():
                 self._replace_dead()
         except OSError as e:  # no process now (EAGAIN, EMFILE): the next read tries again
             logger.warning("cannot start a checkpoint reader process: %s", e)
@@ -115,29 +105,19 @@ class CheckpointReadProcess:
 
     def _replace_dead(self) -> None:
         """The worker died while idle: reap it, say so, start another."""
-        proc = self._proc
-        assert proc is not None
-        logger.warning("the checkpoint reader process (pid %d) %s; starting another",
-                       proc.pid, how_it_ended(proc.returncode))
-        self._stop()
-        self.restarts += 1
-        self._start()
+        logger.warning("the checkpoint reader process (pid %s) %s; starting another",
+                       self._worker.pid, self._worker.how_it_ended())
+        self._worker.restart()
 
-    def _start(self) -> None:
-        proc, parent = start_worker(READER_COMMAND)
-        self._proc, self._sock = proc, parent
-        self._finalizer = weakref.finalize(self, stop_worker, proc, parent, _CLOSE_TIMEOUT_S,
-                                           "checkpoint reader")
-
-    def _stop(self) -> None:
-        if self._finalizer is not None:
-            self._finalizer()
-        self._proc = self._sock = self._finalizer = None
+    @property
+    def worker(self) -> WorkerProcess:
+        """The reader process's :class:`WorkerProcess` (for health checks and tests)."""
+        return self._worker
 
     @property
     def pid(self) -> int | None:
         """The worker's pid, or None while none runs."""
-        return None if self._proc is None else self._proc.pid
+        return self._worker.pid
 
     def read(self, prefix: str, names: Sequence[str]) -> dict[str, np.ndarray]:
         """Reads ``names`` from checkpoint ``prefix``, verifying every checksum, as
@@ -183,23 +163,24 @@ class CheckpointReadProcess:
              ) -> tuple[dict[str, Any] | None, list[int], int | None]:
         """One request to the worker (started if needed): (reply, fds, pid); reply None
         when the worker died (it is then reaped)."""
-        if self._proc is not None and self._proc.poll() is not None:
+        worker = self._worker
+        if worker.exited():
             self._replace_dead()  # died while idle
-        if self._proc is None:
-            self._start()
-        assert self._sock is not None and self._proc is not None
-        pid = self._proc.pid
+        sock = worker.sock
+        if sock is None:  # died while reading (counted then): its successor starts now
+            sock = worker.start()
+        pid = worker.pid
         try:
-            send_frame(self._sock, b"R", {"prefix": os.fspath(prefix), "names": list(names)})
-            _, reply, fds = recv_frame_with_fds(self._sock, 1)
+            send_frame(sock, b"R", {"prefix": os.fspath(prefix), "names": list(names)})
+            _, reply, fds = recv_frame_with_fds(sock, 1)
         except OSError:
             fds, reply = [], None
         if reply is None:
             for fd in fds:
                 os.close(fd)
-            self._stop()
+            worker.stop()
             if not self._closed:
-                self.restarts += 1  # the next _ask starts another
+                worker.restarts += 1  # the next _ask starts another
             return None, [], pid
         return reply, fds, pid
 
@@ -210,14 +191,11 @@ class CheckpointReadProcess:
         self._closed = True
         if self._lock.acquire(timeout=_CLOSE_LOCK_WAIT_S):
             try:
-                self._stop()
+                self._worker.stop()
             finally:
                 self._lock.release()
             return
-        proc = self._proc
-        if proc is not None:
-            with contextlib.suppress(OSError):
-                proc.kill()  # the stuck read sees the worker die, and stops
+        self._worker.kill()  # the stuck read sees the worker die, and stops
 
     def __enter__(self) -> CheckpointReadProcess:
         return self
@@ -228,99 +206,61 @@ class CheckpointReadProcess:
 
 def _map(reply: dict[str, Any], fd: int | None) -> dict[str, np.ndarray]:
     """Read-only views of the shared block ``fd`` as ``reply["variables"]`` lays out."""
-    size = int(reply["size"])
-    mm: mmap.mmap | None = None
+    layout = ArrayLayout.from_doc(reply["variables"], int(reply["size"]))
     try:
-        if size:
-            if fd is None:
-                raise UnknownError(None, None, "The reader process sent no shared memory.")
-            mm = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+        if layout.size_bytes and fd is None:
+            raise UnknownError(None, None, "The reader process sent no shared memory.")
+        mm = SharedBuffer.map(fd, layout.size_bytes) if layout.size_bytes and fd is not None \
+            else None
     finally:
         if fd is not None:
             os.close(fd)
-    out: dict[str, np.ndarray] = {}
-    for v in reply["variables"]:
-        dtype, shape = np.dtype(v["dtype"]), tuple(v["shape"])
-        count = int(np.prod(shape, dtype=np.int64))
-        if count and mm is not None:
-            flat = np.frombuffer(mm, dtype=dtype, count=count, offset=v["offset"])
-        else:
-            flat = np.empty(0, dtype)
-            flat.setflags(write=False)
-        out[v["name"]] = flat.reshape(shape)
-    return out
+    views = layout.views(mm)
+    if mm is None:
+        for v in views:
+            v.setflags(write=False)
+    return dict(zip((spec.name for spec in layout.specs), views))
 
 
 # -- the worker process -------------------------------------------------------------
-class _SharedBlock:
-    """The arrays of one read, laid out (64-byte aligned) in a fresh memfd."""
+class _Block:
+    """The arrays of one read, laid out by :class:`ArrayLayout` in a fresh buffer."""
 
-    def __init__(self, names: Sequence[str]):
-        self.names = list(names)
-        self.fd: int | None = None
-        self.mm: mmap.mmap | None = None
-        self.layout: list[dict[str, Any]] = []
-        self.size = 0
+    def __init__(self) -> None:
+        self.layout = ArrayLayout((), 0)
+        self.buffer: SharedBuffer | None = None
 
-    def outs(self, entries: Sequence[Any]) -> list[np.ndarray]:
-        """Arrays of the entries' shapes and dtypes, views of the block."""
-        offset = 0
-        for name, e in zip(self.names, entries):
-            self.layout.append({"name": name, "dtype": e.dtype.name, "shape": list(e.shape),
-                                "offset": offset})
-            offset += -(-e.nbytes // _ALIGN_BYTES) * _ALIGN_BYTES
-        self.size = offset
-        if not offset:
-            return [np.empty(e.shape, e.dtype) for e in entries]
-        self.fd = new_shared_fd(offset, "ckptsync-read")
-        self.mm = mmap.mmap(self.fd, offset)
-        flat = np.frombuffer(self.mm, dtype=np.uint8)
-        return [flat[v["offset"]: v["offset"] + e.nbytes].view(e.dtype).reshape(e.shape)
-                for v, e in zip(self.layout, entries)]
+    def allocate(self, specs: list[tuple[str, np.dtype, tuple[int, ...]]]) -> list[np.ndarray]:
+        """Views of a new buffer for ``specs`` (a second call replaces the first's)."""
+        self.release(keep_fd=False)
+        self.layout = ArrayLayout.of(specs)
+        if self.layout.size_bytes:
+            self.buffer = SharedBuffer(self.layout.size_bytes, "ckptsync-read")
+        return self.layout.views(None if self.buffer is None else self.buffer.mm)
 
     def release(self, keep_fd: bool) -> int | None:
         """Unmaps the block here; returns its fd (to send) or closes it."""
-        if self.mm is not None:
-            with contextlib.suppress(BufferError):  # a failed read's traceback holds
-                self.mm.close()  # views: the mapping goes when they do
-            self.mm = None
-        fd, self.fd = self.fd, None
-        if fd is not None and not keep_fd:
+        buffer, self.buffer = self.buffer, None
+        if buffer is None:
+            return None
+        buffer.unmap()  # a failed read's traceback may hold views: they keep it mapped
+        fd = buffer.take_fd()
+        if not keep_fd and fd is not None:
             os.close(fd)
             return None
         return fd
 
     def reply(self) -> dict[str, Any]:
-        return {"ok": True, "size": self.size, "variables": self.layout}
+        return {"ok": True, "size": self.layout.size_bytes, "variables": self.layout.to_doc()}
 
 
 def _read_job(request: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
-    """Reads a request's variables into a shared block: a learned layout without HDF5
-    (``_fast_read``), else through ``CheckpointReader`` (which then teaches its layout)."""
-    from . import _fast_read
-    from ._format import data_path
-    from .reader import CheckpointReader, _key_not_found
-
-    prefix, names = request["prefix"], list(request["names"])
-    block = _SharedBlock(names)
+    """Reads a request's variables, verified, into a fresh shared block."""
+    block = _Block()
     try:
-        known = _fast_read.read_known(data_path(prefix), names, True, block.outs)
-    except Exception:  # an optimisation only: HDF5 reads it and says what is wrong
-        known = None
-    if known is not None:
-        del known
-        return block.reply(), block.release(keep_fd=True)
-    block.release(keep_fd=False)
-    block = _SharedBlock(names)
-    try:
-        with CheckpointReader(prefix) as reader:
-            for name in names:
-                if not reader.has_tensor(name):
-                    raise _key_not_found(name, reader.path)
-            outs = block.outs([reader._index[n] for n in names])
-            reader._read_tensors(names, verify=True, outs=outs)
-            del outs
-            _fast_read.learn(reader)
+        arrays = read_checkpoint_into(request["prefix"], list(request["names"]),
+                                      block.allocate, verify=True)
+        del arrays
     except Exception as e:
         block.release(keep_fd=False)
         return error_reply(e), None

@@ -1,4 +1,4 @@
-"""The writer process of :class:`._async_writer.AsyncCheckpointWriter`: maps the owner's
+"""The writer process of :class:`.async_writer.AsyncCheckpointWriter`: maps the owner's
 shared buffers, runs each job (data file, state file, deletions) in order, replies, and
 after a failed job skips the queued ones until the owner says to go on ("C").
 
@@ -20,7 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from ._ipc import error_reply, readable_waiter, recv_frame, send_frame
+# Modules, not their functions: a test's prelude may replace a function in its module
+# before this one is imported.
+from ..checkpoint import management, writer
+from ..checkpoint import state as state_file
+from ..errors import InvalidArgumentError
+from .frames import error_reply, readable_waiter, recv_frame, send_frame
+from .shared_arrays import ArrayLayout, SharedBuffer
 
 __all__ = ["worker_main"]
 
@@ -28,41 +34,27 @@ logger = logging.getLogger(__name__)
 
 
 def _views(variables: list[dict[str, Any]], mm: mmap.mmap | None) -> dict[str, np.ndarray]:
-    arrays = {}
-    for v in variables:
-        dtype = np.dtype(v["dtype"])
-        count = int(np.prod(v["shape"], dtype=np.int64))
-        if count and mm is not None:
-            flat = np.frombuffer(mm, dtype=dtype, count=count, offset=v["offset"])
-        else:
-            flat = np.empty(0, dtype)
-        arrays[v["name"]] = flat.reshape(v["shape"])
-    return arrays
+    layout = ArrayLayout.from_doc(variables)
+    return dict(zip((spec.name for spec in layout.specs), layout.views(mm)))
 
 
 def _run_job(job: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> dict[str, Any]:
     """Writes one job's data file, then its state file, then deletes the evicted
     checkpoints; a NaN/Inf with ``require_finite`` refuses the job before any write."""
-    from ..errors import InvalidArgumentError
-    from ._format import first_nonfinite
-    from .management import remove_evicted
-    from .state import update_checkpoint_state
-    from .writer import write_checkpoint
-
     try:
         if job.get("require_finite"):
-            bad = first_nonfinite(arrays)
+            bad = writer.first_nonfinite(arrays)
             if bad is not None:
                 raise InvalidArgumentError(
                     None, None, f"Variable {bad} holds NaN or Inf; refusing to save "
                     f"checkpoint {job['prefix']} (require_finite).")
         state = job["state"]
         metadata = job["metadata"]  # JSON text (or None), as the owner validated it
-        write_checkpoint(job["prefix"], arrays, job["global_step"],
+        writer.write_checkpoint(job["prefix"], arrays, job["global_step"],
                          None if metadata is None else json.loads(metadata),
                          sync_directory=state is None)
         if state is not None:
-            update_checkpoint_state(
+            state_file.update_checkpoint_state(
                 state["save_dir"],
                 state["model_checkpoint_path"],
                 all_model_checkpoint_paths=state["all_model_checkpoint_paths"],
@@ -70,7 +62,7 @@ def _run_job(job: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> dict[s
             )
     except Exception as e:
         return error_reply(e)
-    remove_evicted(job["delete"])
+    management.remove_evicted(job["delete"])
     return {"ok": True}
 
 
@@ -107,7 +99,7 @@ def worker_main() -> None:
                     old.close()
                 except BufferError:  # a view survived; the GC unmaps it later
                     pass
-            mms[slot] = mmap.mmap(fds[0], os.fstat(fds[0]).st_size, prot=mmap.PROT_READ)
+            mms[slot] = SharedBuffer.map(fds[0])
             os.close(fds[0])
             continue
         job = recv_frame(sock)

@@ -13,9 +13,9 @@ from unittest import mock
 import numpy as np
 import pytest
 
-from ckptsync.checkpoint import _read_process, read_checkpoint, write_checkpoint
-from ckptsync.checkpoint._read_process import CheckpointReadProcess
+from ckptsync.checkpoint import read_checkpoint, write_checkpoint
 from ckptsync.errors import CkptsyncRuntimeError, DataLossError, NotFoundError
+from ckptsync.workers import CheckpointReadProcess, read_process
 
 from .conftest import voluntary_switches
 
@@ -85,8 +85,8 @@ def test_a_worker_that_dies_fails_that_read_and_the_next_one_starts_fresh(
     assert second not in (None, first)
     # Dying in the middle of a read (as when HDF5 crashes on a hostile file).
     crash = ["-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"]
-    with mock.patch.object(_read_process, "READER_COMMAND",
-                           [_read_process.READER_COMMAND[0], *crash]):
+    with mock.patch.object(read_process, "READER_COMMAND",
+                           [read_process.READER_COMMAND[0], *crash]):
         os.kill(second, signal.SIGKILL)
         with pytest.raises(DataLossError, match="died while reading .*m-1.h5 .twice"):
             reader.read(prefix, ["step"])
@@ -149,7 +149,7 @@ def test_check_replaces_a_dead_idle_worker_and_never_raises(
         assert reader.pid not in (None, first)
         assert f"(pid {first}) was killed by SIGKILL" in caplog.text
         # No process can be started now: check() logs it and returns; reads try again.
-        monkeypatch.setattr(_read_process, "READER_COMMAND", ["/nonexistent/python"])
+        monkeypatch.setattr(read_process, "READER_COMMAND", ["/nonexistent/python"])
         second = reader.pid
         os.kill(second, signal.SIGKILL)
         deadline = time.monotonic() + 10
@@ -168,8 +168,8 @@ def test_reading_a_reply_does_not_wake_the_idle_worker(
     prefix = write_checkpoint(tmp_path / "m-1", ARRAYS, 1)
     reader.read(prefix, ["step"])
     time.sleep(0.2)
-    assert reader._proc is not None
-    pid, reads = reader._proc.pid, 20
+    assert reader.pid is not None
+    pid, reads = reader.pid, 20
     before = voluntary_switches(pid)
     for _ in range(reads):
         reader.read(prefix, ["step"])

@@ -1,0 +1,182 @@
+"""One shared-array layout: named numpy arrays at 64-byte aligned offsets of one
+anonymous shared-memory buffer, built once and mapped once by both processes.
+
+The owner of a buffer lays the arrays out (:meth:`ArrayLayout.of`), creates the buffer
+(:class:`SharedBuffer`), copies or reads into :meth:`ArrayLayout.views` of it, and sends
+the buffer's file descriptor and :meth:`ArrayLayout.to_doc` to the other process, which
+maps it (``SharedBuffer.map``) and takes the same views (read-only there). The buffer is
+a ``memfd`` (an unlinked temp file where memfd is missing); it vanishes with the last
+process that holds or maps it, so a SIGKILL leaks nothing.
+
+Thread-safety: layouts are immutable; a buffer is owned by one thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ALIGN_BYTES", "ArrayLayout", "ArraySpec", "SharedBuffer", "new_shared_fd"]
+
+ALIGN_BYTES = 64
+
+
+def new_shared_fd(size_bytes: int, name: str = "ckptsync") -> int:
+    """A new anonymous shared-memory file of ``size_bytes`` (zeros). Raises OSError."""
+    memfd_create = getattr(os, "memfd_create", None)
+    if memfd_create is not None:
+        fd = int(memfd_create(name, getattr(os, "MFD_CLOEXEC", 1)))
+    else:  # no memfd: an unlinked temp file, preferably in RAM
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        fd, path = tempfile.mkstemp(prefix=name + "-", dir=shm)
+        os.unlink(path)
+    try:
+        os.ftruncate(fd, size_bytes)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """One array of a layout: its key, dtype, shape and byte offset in the buffer."""
+
+    name: str
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    offset: int
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the array's data (0 for a zero-size array)."""
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+@dataclass(frozen=True)
+class ArrayLayout:
+    """Where each array lies in a shared buffer.
+
+    Attributes:
+        specs: one :class:`ArraySpec` per array, in order.
+        size_bytes: the buffer size needed (a multiple of 64; 0 when all are empty).
+    """
+
+    specs: tuple[ArraySpec, ...]
+    size_bytes: int
+
+    @classmethod
+    def of(cls, arrays: Iterable[tuple[str, np.dtype, Sequence[int]]]) -> ArrayLayout:
+        """The layout of ``(name, dtype, shape)`` triples, each at a 64-byte aligned
+        offset, in order."""
+        specs, offset = [], 0
+        for name, dtype, shape in arrays:
+            spec = ArraySpec(name, np.dtype(dtype), tuple(int(n) for n in shape), offset)
+            specs.append(spec)
+            offset += -(-spec.nbytes // ALIGN_BYTES) * ALIGN_BYTES
+        return cls(tuple(specs), offset)
+
+    @classmethod
+    def of_arrays(cls, arrays: Mapping[str, np.ndarray]) -> ArrayLayout:
+        """The layout of ``arrays`` (key → ndarray or numpy scalar), in their order."""
+        return cls.of((k, v.dtype, v.shape) for k, v in arrays.items())
+
+    def to_doc(self) -> list[dict[str, Any]]:
+        """The layout as JSON: ``[{"name", "dtype", "shape", "offset"}, ...]``."""
+        return [{"name": s.name, "dtype": s.dtype.name, "shape": list(s.shape),
+                 "offset": s.offset} for s in self.specs]
+
+    @classmethod
+    def from_doc(cls, doc: Sequence[Mapping[str, Any]], size_bytes: int | None = None
+                 ) -> ArrayLayout:
+        """The layout :meth:`to_doc` describes. Raises KeyError, TypeError, ValueError
+        on a malformed document."""
+        specs = tuple(ArraySpec(str(d["name"]), np.dtype(d["dtype"]),
+                                tuple(int(n) for n in d["shape"]), int(d["offset"]))
+                      for d in doc)
+        end = max((s.offset + s.nbytes for s in specs), default=0)
+        return cls(specs, end if size_bytes is None else int(size_bytes))
+
+    def fits(self, arrays: Mapping[str, Any]) -> bool:
+        """True when ``arrays`` are ndarrays or numpy scalars with exactly this layout's
+        keys (in order), dtypes and shapes; checked without allocating."""
+        specs = self.specs
+        if len(arrays) != len(specs):
+            return False
+        ndarray, generic = np.ndarray, np.generic
+        for (key, value), spec in zip(arrays.items(), specs):
+            if key != spec.name or (type(value) is not ndarray
+                                    and not isinstance(value, generic)) or (
+                    value.dtype != spec.dtype or value.shape != spec.shape):
+                return False
+        return True
+
+    def views(self, mm: mmap.mmap | None) -> list[np.ndarray]:
+        """One array per spec, a view of ``mm`` at its offset (read-only when ``mm`` is
+        mapped read-only). Zero-size arrays, or all of them when ``mm`` is None (an
+        empty layout), are fresh empty arrays (read-only too when ``mm`` is)."""
+        out = []
+        flat = None if mm is None else np.frombuffer(mm, dtype=np.uint8)
+        for s in self.specs:
+            if flat is not None and s.nbytes:
+                view = flat[s.offset:s.offset + s.nbytes].view(s.dtype).reshape(s.shape)
+            else:
+                view = np.zeros(s.shape, s.dtype)
+                if flat is not None and not flat.flags.writeable:
+                    view.setflags(write=False)
+            out.append(view)
+        return out
+
+
+class SharedBuffer:
+    """One shared-memory buffer mapped in this process.
+
+    Args:
+        size_bytes: the buffer's size; > 0.
+        name: what ``/proc/<pid>/fd`` shows, e.g. ``"ckptsync-read"``.
+
+    Raises:
+        OSError: no memory or file descriptors.
+    """
+
+    def __init__(self, size_bytes: int, name: str = "ckptsync"):
+        self.size_bytes = size_bytes
+        self.fd: int | None = new_shared_fd(size_bytes, name)
+        try:
+            self.mm: mmap.mmap | None = mmap.mmap(self.fd, size_bytes)
+        except BaseException:
+            os.close(self.fd)
+            raise
+
+    @staticmethod
+    def map(fd: int, size_bytes: int | None = None) -> mmap.mmap:
+        """Maps a buffer another process sent, read-only (``size_bytes`` None: the whole
+        file). The caller still owns (closes) ``fd``. Raises OSError, ValueError."""
+        size = os.fstat(fd).st_size if size_bytes is None else size_bytes
+        return mmap.mmap(fd, size, prot=mmap.PROT_READ)
+
+    def unmap(self) -> None:
+        """Unmaps the buffer here; views still alive keep it mapped until they go."""
+        mm, self.mm = self.mm, None
+        if mm is not None:
+            with contextlib.suppress(BufferError):  # a view survived: the GC unmaps it
+                mm.close()
+
+    def take_fd(self) -> int | None:
+        """Hands the file descriptor over (to send it); the buffer no longer owns it."""
+        fd, self.fd = self.fd, None
+        return fd
+
+    def close(self) -> None:
+        """Unmaps the buffer and closes its fd (if still owned). Idempotent."""
+        self.unmap()
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            os.close(fd)
