@@ -98,10 +98,11 @@ def _stop(proc: subprocess.Popen[Any] | None, timeout_s: float = 20.0) -> int | 
 def demo(steps: int, save_every_steps: int, max_steps_per_s: float, interval_s: float,
          checkpoint_dir: str | None, keep: bool, timeout_s: float) -> None:
     """Train and serve the digits MLP side by side; show the served version improving."""
+    # Deferred: `ckptsync --help` and the other commands start without these.
     import httpx
-    import numpy as np
+    import numpy as np  # deferred: as above
 
-    from ckptsync.data import load_digits
+    from ckptsync.data import load_digits  # deferred: as above
 
     if checkpoint_dir is not None and os.path.isdir(checkpoint_dir) and os.listdir(checkpoint_dir):
         raise click.UsageError(f"--checkpoint-dir {checkpoint_dir} is not empty; the demo needs a "
