@@ -49,6 +49,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _format
+from ._atomic import _pid_alive
 from ._h5layout import H5Writer, RootValues, write_layout
 
 __all__ = ["MAX_DATA_BYTES", "MAX_VARIABLES", "MetadataImage", "image_for", "layout_key"]
@@ -344,8 +345,6 @@ _SCRATCH_PREFIX = "ckptsync-image-"
 def _sweep_scratch(scratch: str) -> None:
     """Removes the scratch files of processes killed while building an image (named
     ``ckptsync-image-<pid>-*.h5``; a process that is gone cannot have removed its own)."""
-    from ._atomic import _pid_alive
-
     try:
         names = os.listdir(scratch)
     except OSError:

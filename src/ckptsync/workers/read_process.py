@@ -110,11 +110,6 @@ class CheckpointReadProcess:
         self._worker.restart()
 
     @property
-    def worker(self) -> WorkerProcess:
-        """The reader process's :class:`WorkerProcess` (for health checks and tests)."""
-        return self._worker
-
-    @property
     def pid(self) -> int | None:
         """The worker's pid, or None while none runs."""
         return self._worker.pid
@@ -183,6 +178,11 @@ class CheckpointReadProcess:
                 worker.restarts += 1  # the next _ask starts another
             return None, [], pid
         return reply, fds, pid
+
+    @property
+    def worker(self) -> WorkerProcess:
+        """The reader process's :class:`WorkerProcess` (for health checks and tests)."""
+        return self._worker
 
     def close(self) -> None:
         """Ends the worker. Idempotent; arrays already returned stay valid. Bounded: a
