@@ -265,3 +265,15 @@ def test_two_apps_have_separate_registries(tmp_path):
     assert a.state.registry is not b.state.registry
     with pytest.raises(ValueError, match="max_request_bytes"):
         create_app(manager, "c", max_request_bytes=0)
+
+
+def test_predict_has_one_path(serve):
+    """Only the PredictHandler answers :predict; no starlette route does."""
+    client, _, _ = serve()
+    assert not [r.path for r in client.app.routes if ":predict" in r.path]
+    for url in ("/v1/models/mlp:predict", "/v1/models/mlp/versions/7:predict"):
+        r = client.post(url, json={"instances": X})
+        assert r.status_code == 200 and r.headers["X-Model-Version"] == "7", r.text
+    metrics = client.get("/metrics").text
+    assert 'ckptsync_http_requests_total{code="200",route="predict"} 2.0' in metrics
+    assert client.get("/v1/models/mlp:predict").status_code == 405
