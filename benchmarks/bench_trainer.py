@@ -19,10 +19,10 @@ import os
 import tempfile
 import time
 
-from ckptsync.checkpoint._placement import writer_cpus
 from threadpoolctl import threadpool_limits
 
 from ckptsync.app import Progress, TrainerOptions, run_training
+from ckptsync.workers.placement import writer_cpus
 
 try:
     from benchmarks._common import alternate, summary
