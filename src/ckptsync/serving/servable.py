@@ -23,6 +23,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidArgumentError
+from ..graph import Graph, GraphKeys
+from ..model_spec import ModeKeys, load_build_net
+from ..session import Session
 
 __all__ = [
     "TensorSpec",
@@ -287,10 +290,6 @@ class GraphServable(Servable):
     """
 
     def __init__(self, build_net: Callable[..., Any], device: str = "cpu:0"):
-        from ..graph import Graph, GraphKeys
-        from ..model_spec import ModeKeys
-        from ..session import Session
-
         self.device = device
         self._graph = Graph()
         with self._graph.as_default():
@@ -332,8 +331,6 @@ class GraphServable(Servable):
             ModelFileError: (from ``ckptsync.model_spec.load_build_net``) a missing or broken
             file (with a message naming it).
         """
-        from ..model_spec import load_build_net
-
         return cls(load_build_net(os.fspath(path)), device)
 
     @property
