@@ -59,7 +59,7 @@ from ..errors import (
     OpError,
     UnavailableError,
 )
-from ..workers.read_process import CheckpointReadProcess
+from ..workers import CheckpointReadProcess
 from ._source_process import ProcessCheckpointSource
 from ._versions import ManagerStats, VersionBook, VersionRecord, VersionState
 from .gate import Candidate, run_gate
