@@ -4,7 +4,8 @@ reference (TF Serving's ``AspiredVersionsManager`` + ``ServableHandle``).
 Who calls what::
 
     CheckpointSource ──callback(AspiredVersions)──▶ ModelManager._on_aspired   (store, notify)
-    load thread: policy.candidates() ─▶ load_snapshot() ─▶ self._current = snapshot (swap)
+    load thread: book.next_target(policy.candidates()) ─▶ load_snapshot() [─▶ gate]
+                 ─▶ book.swap(record, snapshot) | book.failed(record, ...)
     request:     snap = manager.acquire()  ... servable.run(snap.params, ...)   (no lock)
     admin:       manager.pin(v) / manager.unpin()  (policy change; the load thread acts)
 
