@@ -10,6 +10,7 @@ from typing import Any
 from ..errors import CkptsyncTypeError, CkptsyncValueError
 from ..graph import GraphKeys, Tensor, get_default_graph
 from ..variables import Variable
+from .training_util import get_global_step
 
 __all__ = ["build_var_map", "check_session_graph", "get_default_graph_step"]
 
@@ -59,8 +60,6 @@ def build_var_map(var_list: Any) -> dict[str, Any]:
 
 def get_default_graph_step(sess: Any, var_map: dict[str, Any]) -> int | None:
     """The graph's global step value in ``sess`` if it exists and is initialized."""
-    from .training_util import get_global_step
-
     gs = get_global_step(sess.graph)
     if gs is None or not sess.has_variable(gs.op.name):
         return None
