@@ -90,7 +90,7 @@ class Graph:
         self._id_counter = 0
         self._lock = threading.RLock()
         self.seed: int | None = None
-        # Variable-scope state lives on the graph (used by ckptsync.variables).
+        # The graph's VariableStore (ckptsync.variable_scope.get_variable_store makes it).
         self._scope_state: Any = None
 
     # ----------------------------------------------------------------- defaults
