@@ -277,3 +277,25 @@ def test_predict_has_one_path(serve):
     metrics = client.get("/metrics").text
     assert 'ckptsync_http_requests_total{code="200",route="predict"} 2.0' in metrics
     assert client.get("/v1/models/mlp:predict").status_code == 405
+
+
+@pytest.mark.parametrize(("method", "url", "status", "body"), [
+    ("GET", "/v1/models/mlp:predict", 405, "method not allowed: ':predict' takes POST"),
+    ("GET", "/v1/models/mlp/versions/7:predict", 405,
+     "GET /v1/models/mlp/versions/7:predict: Method Not Allowed"),
+    ("PUT", "/v1/models/mlp:predict", 405, "PUT /v1/models/mlp:predict: Method Not Allowed"),
+    ("POST", "/v1/models/mlp/versions/x:predict", 404,
+     "POST /v1/models/mlp/versions/x:predict: Not Found"),
+])
+def test_predict_urls_with_the_wrong_method_or_version(serve, method, url, status, body):
+    client, _, _ = serve()
+    r = client.request(method, url, json={"instances": X})
+    assert (r.status_code, r.json()) == (status, {"error": body})
+
+
+@pytest.mark.parametrize("url", ["/v1/models/mlp:predict/", "/v1/models/mlp/versions/7:predict/"])
+def test_predict_trailing_slash_redirects(serve, url):
+    client, _, _ = serve()
+    r = client.post(url, json={"instances": X}, follow_redirects=False)
+    assert r.status_code == 307 and r.headers["location"] == "http://testserver" + url[:-1]
+    assert client.post(url, json={"instances": X}).status_code == 200  # 307 keeps the POST

@@ -16,6 +16,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import URL
+from starlette.responses import RedirectResponse
 
 from ._responses import ClientGone, dumps, map_error, read_capped_body
 
@@ -34,6 +36,11 @@ class PredictHandler:
     Args:
         api: the app's :class:`~.http.RestApi` (model name, caps, metrics, predict_bytes).
 
+    It also answers what starlette's router answered for these URLs when they were
+    routes: 405 for another method on ``.../versions/{v}:predict`` and a 307 redirect for
+    its trailing-slash form (the unversioned URL's are answered by the router's
+    ``/v1/models/{name}`` routes).
+
     Who calls what: :class:`~.http.ServingApp` awaits :meth:`handle` for every ASGI
     call; the handler calls ``api.predict_bytes`` (inline for bodies up to
     ``inline_max_body_bytes``, else in starlette's thread pool), ``api.count`` and the
@@ -48,11 +55,18 @@ class PredictHandler:
     async def handle(self, scope: Any, receive: Any, send: Any) -> bool:
         """Answers the request if it is a predict (True); False (nothing received or sent)
         otherwise. Never raises for a bad request: errors are answered as JSON."""
-        if scope["type"] != "http" or scope["method"] != "POST":
+        if scope["type"] != "http":
             return False
         m = PREDICT_PATH.match(scope["path"])
         if m is None:
+            if scope["path"].endswith("/"):
+                return await self._redirect_slashes(scope, receive, send)
             return False
+        if scope["method"] != "POST":
+            if m.group(2) is None:  # the status route answers it (405, ':predict' takes POST)
+                return False
+            await self._method_not_allowed(scope, send)
+            return True
         start = time.perf_counter()
         api = self.api
         headers = [(b"content-type", b"application/json")]
@@ -81,3 +95,23 @@ class PredictHandler:
         self._observe(time.perf_counter() - start)
         return True
 
+    async def _method_not_allowed(self, scope: Any, send: Any) -> None:
+        """405 for ``GET`` (or any verb but POST) on ``.../versions/{v}:predict``, as
+        starlette answers a route's wrong method (counted as ``unmatched``)."""
+        data = dumps({"error": f"{scope['method']} {scope['path']}: Method Not Allowed"}).encode()
+        headers = [(b"content-type", b"application/json"),
+                   (b"content-length", str(len(data)).encode())]
+        await send({"type": "http.response.start", "status": 405, "headers": headers})
+        await send({"type": "http.response.body", "body": data})
+        self.api.count("unmatched", 405)
+
+    async def _redirect_slashes(self, scope: Any, receive: Any, send: Any) -> bool:
+        """``.../versions/{v}:predict/`` -> 307 to the path without its trailing slashes, as
+        starlette's router does for its routes (the unversioned form still reaches the
+        router, whose ``/v1/models/{name}`` routes redirect it); False for other paths."""
+        m = PREDICT_PATH.match(scope["path"].rstrip("/"))
+        if m is None or m.group(2) is None:
+            return False
+        url = URL(scope={**scope, "path": scope["path"].rstrip("/")})
+        await RedirectResponse(url=str(url))(scope, receive, send)
+        return True
