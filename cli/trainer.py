@@ -64,8 +64,8 @@ def main() -> None:
       help="Held-out accuracy every N steps (0: only at the end).")
 @_opt("--async-save/--no-async-save", default=False, show_default=True,
       help="Write checkpoints in a background writer process; training continues once "
-           "the values are copied. The writer runs on the CPUs of the checkpoint disk's "
-           "interrupts; CKPTSYNC_WRITER_CPUS=auto|none|0,2-3 chooses.")
+           "the values are copied. CKPTSYNC_WRITER_CPUS=0,2-3 pins the writer to "
+           "those CPUs (default: none, where the scheduler puts it).")
 @_opt("--max-steps-per-s", type=click.FloatRange(min=0, min_open=True), default=None,
       help="Throttle training (demos; sharing a machine).")
 @_opt("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,

@@ -1,6 +1,6 @@
 """Writer placement: ``CKPTSYNC_WRITER_CPUS`` parsed and checked, and every thread of the
 writer process pinned to the CPUs it lists (``auto``, which read the disk's interrupt
-CPUs from sysfs, was removed with issue #15: it now means no pinning, as ``none``)."""
+CPUs from sysfs, was removed: it is refused with a message saying so)."""
 
 from __future__ import annotations
 
@@ -32,9 +32,13 @@ def test_cpu_lists_parse_as_the_kernel_writes_them() -> None:
 def test_the_setting_pins_or_fails_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(ENV_VAR, raising=False)
     assert writer_cpus() is None
-    for off in ("none", " NONE ", "", "auto", "AUTO"):
+    for off in ("none", " NONE ", ""):
         monkeypatch.setenv(ENV_VAR, off)
         assert writer_cpus() is None
+    for removed in ("auto", " AUTO"):
+        monkeypatch.setenv(ENV_VAR, removed)
+        with pytest.raises(CkptsyncValueError, match=f"{ENV_VAR}=.*: 'auto' .* was removed"):
+            writer_cpus()
     monkeypatch.setenv(ENV_VAR, "0")  # taken as is, even outside the owner's CPUs
     assert writer_cpus() == {0}
     absent = os.cpu_count() or 1
@@ -45,7 +49,7 @@ def test_the_setting_pins_or_fails_clearly(monkeypatch: pytest.MonkeyPatch) -> N
     for bad in ("fast", "1-0", "-1", "0-", "\u0661", "0-100000000", ","):
         monkeypatch.setenv(ENV_VAR, bad)
         with pytest.raises(CkptsyncValueError,
-                           match=f"{ENV_VAR}=.*: expected 'auto', 'none' or a CPU list"):
+                           match=f"{ENV_VAR}=.*: expected 'none' or a CPU list"):
             writer_cpus()
 
 

@@ -1,16 +1,15 @@
 """Where the async writer process runs: ``CKPTSYNC_WRITER_CPUS``.
 
-Unset, empty, ``none`` or ``auto`` (accepted as before; it now means the same as
-``none``): the writer runs where the scheduler puts it. A CPU list such
+Unset, empty or ``none``: the writer runs where the scheduler puts it. A CPU list such
 as ``0,2-3`` pins every thread of the writer process of ``Saver(async_save=True)`` to
 those CPUs, taken as is (they may lie outside the owner's own: ``taskset -c 0`` for the
 trainer and ``1`` for its writer), again whenever a new writer starts. CPUs the system
 refuses (e.g. outside a cgroup's cpuset) are warned about once and the writer runs
 unpinned.
 
-(An ``auto`` setting that read the checkpoint disk's interrupt CPUs from ``/proc/irq``
-was removed: at a checkpoint every 1 s or 100 ms it earned nothing measurable, see
-docs/performance.md.)
+An ``auto`` setting that read the checkpoint disk's interrupt CPUs from ``/proc/irq``
+was removed (at a checkpoint every 1 s or 100 ms it earned nothing measurable, see
+docs/performance.md); it is refused with a message saying so.
 """
 
 from __future__ import annotations
@@ -53,25 +52,29 @@ def parse_cpu_list(text: str) -> frozenset[int]:
 
 
 def check_setting() -> frozenset[int] | None:
-    """``CKPTSYNC_WRITER_CPUS`` checked: the CPUs it lists, or None (unset, empty,
-    ``none`` or ``auto``: no pinning).
+    """``CKPTSYNC_WRITER_CPUS`` checked: the CPUs it lists, or None (unset, empty or
+    ``none``: no pinning).
 
     Raises:
-        CkptsyncValueError: neither ``auto``, ``none`` nor a list of this machine's CPUs
-            (names the variable, the value and what was expected).
+        CkptsyncValueError: neither ``none`` nor a list of this machine's CPUs (names the
+            variable, the value and what was expected; ``auto`` is named as removed).
     """
     raw = os.environ.get(ENV_VAR, "")
     setting = raw.strip().lower()
-    if setting in ("", "none", "auto"):
+    if setting in ("", "none"):
         return None
     shown = repr(raw if len(raw) <= 40 else raw[:37] + "...")
+    if setting == "auto":
+        raise CkptsyncValueError(
+            f"{ENV_VAR}={shown}: 'auto' (placement by the disk's interrupt CPUs) was "
+            f"removed; use 'none' or a CPU list such as '0,2-3'.")
     try:
         cpus = parse_cpu_list(setting)
     except CkptsyncValueError:
         cpus = frozenset()
     if not cpus:
         raise CkptsyncValueError(
-            f"{ENV_VAR}={shown}: expected 'auto', 'none' or a CPU list such as '0,2-3'.")
+            f"{ENV_VAR}={shown}: expected 'none' or a CPU list such as '0,2-3'.")
     present = _present_cpus()
     missing = sorted(cpus - present)
     if missing:
