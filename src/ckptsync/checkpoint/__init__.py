@@ -20,10 +20,14 @@ The layout is specified in docs/checkpoint-format.md.
 Example:
     >>> import numpy as np
     >>> from ckptsync import checkpoint as ckpt
-    >>> prefix = ckpt.write_checkpoint("ckpts/model.ckpt-5",
-    ...     {"dense0/w": np.ones((2, 3), np.float32)}, global_step=5)  # doctest: +SKIP
-    >>> ckpt.update_checkpoint_state("ckpts", prefix)  # doctest: +SKIP
-    >>> ckpt.read_checkpoint(ckpt.latest_checkpoint("ckpts"))["dense0/w"].shape  # doctest: +SKIP
+    >>> import os
+    >>> os.makedirs("arrays", exist_ok=True)
+    >>> prefix = ckpt.write_checkpoint("arrays/model.ckpt-5",
+    ...     {"dense0/w": np.ones((2, 3), np.float32)}, global_step=5)
+    >>> ckpt.update_checkpoint_state("arrays", prefix)
+    >>> ckpt.latest_checkpoint("arrays")
+    'arrays/model.ckpt-5'
+    >>> ckpt.read_checkpoint(ckpt.latest_checkpoint("arrays"))["dense0/w"].shape
     (2, 3)
 """
 

@@ -9,8 +9,11 @@ before a version is served; :mod:`.options` holds the frozen :class:`ManagerOpti
 
 Example:
     >>> import ckptsync as cs
-    >>> with cs.serving.HotReloadingModel("model.py", "ckpts") as model:  # doctest: +SKIP
-    ...     outputs, version = model.predict({"x": x})
+    >>> with cs.serving.HotReloadingModel("model.py", "ckpts") as model:
+    ...     _ = model.wait_for_version(1200, timeout_s=30)
+    ...     outputs, version = model.predict({"x": x})  # x: float32 [2, 64]
+    >>> version, outputs["probabilities"].shape
+    (1200, (2, 10))
 """
 
 from .gate import Candidate, Gate, load_gate
