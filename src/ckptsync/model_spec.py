@@ -18,17 +18,24 @@ Example (``examples/digits_mlp.py``)::
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib.util
+import inspect
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import CkptsyncTypeError, CkptsyncValueError
 from .graph import Operation, Tensor
 
-__all__ = ["ModeKeys", "ModelSpec", "load_build_net", "load_python_file", "ModelFileError"]
+__all__ = ["ModeKeys", "ModelSpec", "load_build_net", "load_python_file", "ModelFileError",
+           "BUILD_NET_SIGNATURE", "directory_on_path"]
+
+#: How messages name the model-file contract.
+BUILD_NET_SIGNATURE = "build_net(graph, device, mode) -> ModelSpec"
 
 
 class ModeKeys:
@@ -85,9 +92,32 @@ class ModelFileError(CkptsyncValueError):
     """A model file that is missing, fails to import, or lacks ``build_net``."""
 
 
+@contextlib.contextmanager
+def directory_on_path(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Puts the directory of the file ``path`` first on ``sys.path`` for the block (as
+    ``python FILE`` does), so the file can ``import`` its siblings; removes that entry
+    afterwards (unless it was there already). Modules imported meanwhile stay imported.
+
+    Thread-safety: ``sys.path`` is process-wide; a block running in another thread sees
+    the entry too.
+    """
+    directory = os.path.dirname(os.path.abspath(os.fspath(path)))
+    added = directory not in sys.path
+    if added:
+        sys.path.insert(0, directory)
+    try:
+        yield
+    finally:
+        if added:
+            with contextlib.suppress(ValueError):
+                sys.path.remove(directory)
+
+
 def load_python_file(path: str | os.PathLike[str], what: str,
                      error: type[Exception] = CkptsyncValueError) -> Any:
-    """Imports a user's Python file (a model file, a gate) as a fresh module.
+    """Imports a user's Python file (a model file, a gate) as a fresh module, with its
+    directory on ``sys.path`` meanwhile (:func:`directory_on_path`: ``import helpers``
+    finds ``helpers.py`` next to it).
 
     Args:
         path: the ``.py`` file.
@@ -107,7 +137,8 @@ def load_python_file(path: str | os.PathLike[str], what: str,
     module = importlib.util.module_from_spec(spec)
     try:
         sys.modules[name] = module
-        spec.loader.exec_module(module)
+        with directory_on_path(p):
+            spec.loader.exec_module(module)
     except (Exception, SystemExit) as e:  # noqa: BLE001 - a user's file may raise anything
         sys.modules.pop(name, None)
         raise error(f"{what} {p} failed to import: {type(e).__name__}: {e}") from e
@@ -115,18 +146,42 @@ def load_python_file(path: str | os.PathLike[str], what: str,
 
 
 def load_build_net(path: str | os.PathLike[str]) -> Callable[..., ModelSpec]:
-    """Imports a model file and returns its ``build_net``.
+    """Imports a model file and returns its ``build_net``, checked to accept
+    ``(graph, device, mode)``.
+
+    The function returned runs ``build_net`` with the file's directory on ``sys.path``
+    (an ``import`` inside ``build_net`` finds the file's siblings too); its signature is
+    ``build_net``'s (``inspect.signature`` sees through it).
 
     Args:
         path: a ``.py`` file defining ``build_net(graph, device, mode)``.
 
     Raises:
-        ModelFileError: the file is missing, not Python, raises on import, or defines no
-            callable ``build_net``.
+        ModelFileError: the file is missing, not Python, raises on import, defines no
+            callable ``build_net``, or one that cannot be called as ``build_net(graph,
+            device, mode)`` (the one-line message names the expected signature and the
+            file's).
     """
-    module = load_python_file(path, "Model file", ModelFileError)
+    p = os.fspath(path)
+    module = load_python_file(p, "Model file", ModelFileError)
     fn = getattr(module, "build_net", None)
     if not callable(fn):
-        raise ModelFileError(
-            f"Model file {os.fspath(path)} defines no build_net(graph, device, mode) function.")
-    return fn  # type: ignore[no-any-return]
+        raise ModelFileError(f"Model file {p} defines no {BUILD_NET_SIGNATURE} function.")
+    try:
+        signature: inspect.Signature | None = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin or C callable: no signature to check
+        signature = None
+    if signature is not None:
+        try:
+            signature.bind(None, None, None)
+        except TypeError as e:
+            raise ModelFileError(
+                f"build_net in {p} has the signature build_net{signature}, which cannot be "
+                f"called as {BUILD_NET_SIGNATURE} ({e}).") from None
+
+    @functools.wraps(fn)
+    def build_net(*args: Any, **kwargs: Any) -> ModelSpec:
+        with directory_on_path(p):
+            return fn(*args, **kwargs)  # type: ignore[no-any-return]
+
+    return build_net

@@ -26,7 +26,7 @@ from ..data import BatchIterator, DataError, load_dataset
 from ..device import canonical_device
 from ..errors import CkptsyncValueError, OpError
 from ..graph import Graph, GraphKeys
-from ..model_spec import ModeKeys, ModelFileError, load_build_net
+from ..model_spec import BUILD_NET_SIGNATURE, ModeKeys, ModelFileError, load_build_net
 from ..ops.random_ops import set_random_seed
 from ..train.basic_hooks import CheckpointSaverHook, NanTensorHook, StopAtStepHook
 from ..train.monitored_session import ChiefSessionCreator, MonitoredSession, Scaffold
@@ -93,8 +93,8 @@ def run_training(opts: TrainerOptions, on_progress: Callable[[Progress], None] |
             spec = _call_build_net(build_net, graph, device, ModeKeys.TRAIN, opts.learning_rate,
                                    opts.model_path)
         if not hasattr(spec, "require_training"):
-            raise ModelFileError(f"build_net in {opts.model_path} must return a cs.ModelSpec, "
-                                 f"got {type(spec).__name__}.")
+            raise ModelFileError(f"build_net in {opts.model_path} must return a cs.ModelSpec "
+                                 f"({BUILD_NET_SIGNATURE}), got {type(spec).__name__}.")
         spec.require_training()
         if get_global_step(graph) is None:
             raise ModelFileError(
