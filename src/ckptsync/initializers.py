@@ -1,7 +1,9 @@
 """Variable initializers, as TF1's ``tf.*_initializer`` classes.
 
 An initializer is called as ``init(shape, dtype=None, partition_info=None)`` and returns
-a graph tensor holding the initial value. ``glorot_uniform_initializer`` is the default
+a graph tensor that computes the initial value when it runs: building a graph allocates no
+initial value (``Zeros``, ``Ones`` and scalar ``Constant`` are ``Fill`` ops, the random
+initializers random ops), so a server that restores every variable never allocates them. ``glorot_uniform_initializer`` is the default
 for floating-point variables; its fans follow TF1 (rank 0: 1/1, rank 1: n/n, rank 2:
 ``shape[0]``/``shape[1]``, rank >= 3: receptive field times the last two dims).
 """
@@ -17,7 +19,7 @@ from . import dtypes as _dtypes
 from .errors import CkptsyncValueError
 from .graph import Tensor
 from .ops import random_ops
-from .ops.array_ops import constant
+from .ops.array_ops import constant, fill
 
 __all__ = [
     "Initializer", "Zeros", "Ones", "Constant", "RandomUniform", "RandomNormal",
@@ -39,6 +41,13 @@ def compute_fans(shape: Any) -> tuple[float, float]:
         return float(shape[0]), float(shape[1])
     receptive = float(np.prod(shape[:-2]))
     return shape[-2] * receptive, shape[-1] * receptive
+
+
+def _filled(shape: Any, value: np.ndarray, name: str) -> Tensor:
+    """A ``Fill`` op of ``shape`` with the 0-d ``value``: the array is made when the
+    initializer op runs, not held by the graph (a server that restores every variable
+    from a checkpoint never runs it, so never allocates it)."""
+    return fill([int(d) for d in shape], value, name=name)
 
 
 class Initializer:
@@ -65,7 +74,7 @@ class Zeros(Initializer):
         self.dtype = _dtypes.as_dtype(dtype) if dtype is not None else None
 
     def __call__(self, shape: Any, dtype: Any = None, partition_info: Any = None) -> Tensor:
-        return constant(np.zeros(list(shape), self._dt(dtype).np), name="zeros")
+        return _filled(shape, np.zeros((), self._dt(dtype).np), "zeros")
 
 
 class Ones(Initializer):
@@ -75,7 +84,7 @@ class Ones(Initializer):
         self.dtype = _dtypes.as_dtype(dtype) if dtype is not None else None
 
     def __call__(self, shape: Any, dtype: Any = None, partition_info: Any = None) -> Tensor:
-        return constant(np.ones(list(shape), self._dt(dtype).np), name="ones")
+        return _filled(shape, np.ones((), self._dt(dtype).np), "ones")
 
 
 class Constant(Initializer):
@@ -91,9 +100,10 @@ class Constant(Initializer):
         shp = list(shape)
         n = int(np.prod(shp)) if shp else 1
         if self.value.size == 1:
-            arr = np.full(shp, self.value.reshape(()), dt.np)
-        elif self.value.size == n and not self.verify_shape or list(self.value.shape) == shp:
-            arr = self.value.astype(dt.np).reshape(shp)
+            return _filled(shp, np.asarray(self.value.reshape(()), dt.np), "Const")
+        if self.value.size == n and not self.verify_shape or list(self.value.shape) == shp:
+            # The value is the initializer's own; no copy unless the dtype differs.
+            arr = self.value.astype(dt.np, copy=False).reshape(shp)
         else:
             raise CkptsyncValueError(
                 f"constant_initializer: {self.value.size} values cannot fill shape {shp}.")
