@@ -285,3 +285,36 @@ def test_the_going_back_warning_follows_the_policy_the_load_was_chosen_under(
             wait_until(lambda: manager.status(50)[0]["state"] != "LOADING")
         assert not any("older than" in r.getMessage() for r in caplog.records)
 
+
+
+@pytest.mark.parametrize("free_before_load", [False, True])
+def test_a_failing_latest_never_takes_the_server_back_to_an_older_checkpoint(
+        tmp_path, mlp, caplog, free_before_load):
+    # Issue 16, item 17: 100 served; the state file then names a corrupt 102 as the
+    # latest and lists only 98 besides. The server keeps 100 (free_before_load: brings
+    # 100 back) and never loads 98.
+    from ckptsync import checkpoint as ckpt
+
+    p98, p100 = publish(tmp_path, 98), publish(tmp_path, 100)
+    with fast_manager(mlp, tmp_path, free_before_load=free_before_load) as manager:
+        wait_until(lambda: manager.version == 100)
+        with caplog.at_level("WARNING", logger="ckptsync.serving.manager"):
+            p102 = os.path.join(tmp_path, "model.ckpt-102")
+            ckpt.write_checkpoint(p102, mlp_params(102), global_step=102)
+            truncate(p102 + ".h5")
+            ckpt.update_checkpoint_state(str(tmp_path), p102, [p98, p102])
+            manager.rescan()
+            wait_until(lambda: manager.stats.reloads_failed >= 3)  # 102, retried
+            wait_until(lambda: manager.version == 100)
+        assert manager.status(102)[0]["status"]["error_code"] == "DATA_LOSS"
+        with pytest.raises(NotFoundError):
+            manager.status(98)  # never tried
+        assert not any("older than" in r.getMessage() for r in caplog.records)
+        assert os.path.exists(p100 + ".h5")
+
+
+def test_with_nothing_served_a_failing_latest_falls_back_to_an_older_one(tmp_path, mlp):
+    publish(tmp_path, 98)
+    publish(tmp_path, 102, damage=truncate)
+    with fast_manager(mlp, tmp_path) as manager:
+        wait_until(lambda: manager.version == 98)

@@ -120,6 +120,7 @@ class VersionBook:
         self.current: Snapshot | None = None
         #: The last version swapped in; kept by free_before_load, unlike ``current``.
         self.last_served: int | None = None
+        self._last_prefix: str | None = None  # the prefix of ``last_served``
         #: Loads finished, successful or not.
         self.seq = 0
         #: True once :meth:`close` ran: waits end and nothing new is swapped in.
@@ -209,6 +210,13 @@ class VersionBook:
     ) -> tuple[AspiredVersion | None, float | None]:
         """Which of the policy's ``candidates`` (most wanted first) to load now.
 
+        The first candidate is the policy's choice (the state file's latest, which may be
+        older than the served one: a trainer started over). The others are fallbacks for
+        while it fails: while a version is served (or was, before ``free_before_load``
+        retired it) only fallbacks at least as new as that one are tried, plus the
+        retired one itself, so a failing latest never takes the server back to an older
+        checkpoint; with nothing served yet, any of them, newest first.
+
         Returns:
             ``(version to load, None)``, or ``(None, seconds until a retry is due or None)``
             when the best loadable one is served or every one waits for a retry.
@@ -217,6 +225,7 @@ class VersionBook:
         wait_s: float | None = None
         with self.cond:
             current = self.current
+            candidates = self._no_step_back(candidates)
             for cand in candidates:
                 if current is not None and (cand.version, cand.prefix) == (
                     current.version,
@@ -237,6 +246,19 @@ class VersionBook:
                     continue
                 return cand, None
             return None, wait_s
+
+    def _no_step_back(self, candidates: Sequence[AspiredVersion]) -> list[AspiredVersion]:
+        """``candidates`` without the fallbacks older than the served version (holds the
+        lock); with free_before_load, the retired version is offered back after them."""
+        served = self.last_served if self.current is None else self.current.version
+        if served is None or not candidates:
+            return list(candidates)
+        kept = [candidates[0]] + [c for c in candidates[1:] if c.version >= served]
+        back = self._last_prefix
+        if (self.current is None and back is not None and
+                all(c.prefix != back for c in kept) and os.path.exists(back + ".h5")):
+            kept.append(AspiredVersion(served, back))
+        return kept
 
     def begin_load(self, target: AspiredVersion) -> VersionRecord:
         """The record of ``target`` (a new one if its prefix changed), now LOADING."""
@@ -270,6 +292,7 @@ class VersionBook:
                 return False, self.last_served
             old, self.current = self.current, snap  # the swap
             previous, self.last_served = self.last_served, snap.version
+            self._last_prefix = snap.prefix
             rec.state, rec.error_code, rec.error_message = VersionState.AVAILABLE, 0, ""
             rec.failures, rec.retry_at_s = 0, 0.0
             self.seq += 1
