@@ -9,6 +9,8 @@ case alternating with its references on the same data:
 - verified load, warm cache: ``read_checkpoint(verify=True)`` vs h5py ``read_direct`` of
   every dataset into fresh arrays, no checks (the limit); peers ``np.load`` (all arrays)
   and, if importable, safetensors ``load_file``.
+- warm restore: ``Saver.restore`` (read, verify, hand to the session) vs h5py
+  ``read_direct`` of every dataset into arrays allocated once, before timing (the limit).
 - async-save stall: how long ``Saver(async_save=True).save`` blocks the caller (the
   previous save finished) vs ``np.copy`` of all variables (the limit); and how much a
   busy step loop slows while the background write runs.
@@ -168,6 +170,19 @@ def main() -> None:
     def load_safetensors() -> float:
         return _timed(lambda: st.load_file(os.path.join(work, "model.safetensors")))
 
+    preallocated = {k: np.empty(v.shape, v.dtype) for k, v in values.items()}
+
+    def restore_ckptsync() -> float:
+        return _timed(lambda: saver.restore(sess, prefix))
+
+    def restore_read_direct() -> float:
+        def run() -> None:
+            with h5py.File(prefix + ".h5", "r", locking=False) as f:
+                for k, arr in preallocated.items():
+                    f[k].read_direct(arr)
+
+        return _timed(run)
+
     for f in (load_ckptsync, load_read_direct, load_npz):  # warm the page cache
         f()
     load_cases = {"ckptsync read_checkpoint(verify)": load_ckptsync,
@@ -176,6 +191,9 @@ def main() -> None:
     if st is not None:
         load_cases["safetensors load_file (peer)"] = load_safetensors
     loads = alternate(load_cases, args.repeats)
+    restores = alternate({"ckptsync Saver.restore (verify)": restore_ckptsync,
+                          "h5py read_direct, preallocated": restore_read_direct},
+                         args.repeats)
 
     # -- async-save stall -------------------------------------------------------------
     clean()
@@ -227,18 +245,24 @@ def main() -> None:
     print("\nverified load, warm cache")
     for k, v in loads.items():
         print(fmt_row(k, v, "s") + f"  {nbytes / summary(v)[0] / 2**30:.2f} GiB/s")
+    print("\nwarm restore")
+    for k, v in restores.items():
+        print(fmt_row(k, v, "s") + f"  {nbytes / summary(v)[0] / 2**30:.2f} GiB/s")
     print("\nasync save")
     for k, v in stalls.items():
         print(fmt_row(k, v, "ms", 1e3))
     print(f"{'first async save (cold buffer)':<34} {first * 1e3:10.3f} ms")
     print(f"step loop during background write: {busy / idle:.2f}x of idle throughput "
           f"(write took {write_s:.2f} s)")
-    med = {k: summary(v)[0] for k, v in {**saves, **loads, **stalls}.items()}
+    med = {k: summary(v)[0] for k, v in {**saves, **loads, **restores, **stalls}.items()}
     save_ratio = med["tofile + fsync (limit)"] / med["ckptsync Saver.save (durable)"]
     load_ratio = (med["h5py read_direct, unchecked (limit)"]
                   / med["ckptsync read_checkpoint(verify)"])
     stall_ratio = med["ckptsync async save() blocks"] / med["np.copy of all variables (limit)"]
     print()
+    restore_ratio = (med["h5py read_direct, preallocated"]
+                     / med["ckptsync Saver.restore (verify)"])
+    print(f"ratio warm restore / read_direct preallocated (throughput): {restore_ratio:.2f}x")
     print(f"ratio async stall / np.copy: {stall_ratio:.2f}x (target <= 1.5x)")
     print(f"ratio verified load / read_direct (throughput): {load_ratio:.2f}x (target >= 0.7x)")
     print(f"ratio durable save / tofile+fsync (throughput): {save_ratio:.2f}x (target >= 0.9x)")
