@@ -5,7 +5,8 @@ and verified and before the swap. A :class:`Candidate` can run the model on the 
 parameters (``candidate.predict``) and on the ones being served
 (``candidate.previous.predict``), so a gate can hold out data and refuse a version whose
 accuracy dropped. The gate returns ``True`` (serve it), ``False`` (refuse it) or
-``(accepted, reason)``; an exception refuses too. A refused version never replaces the one
+``(accepted, reason)``; an exception refuses too (any ``BaseException``, ``SystemExit``
+included). A refused version never replaces the one
 being served; its status says ``FAILED_PRECONDITION`` with the reason.
 
 The gate guards automatic updates (the ``latest`` policy); a version pinned by an operator
@@ -80,14 +81,18 @@ Gate = Callable[[Candidate], Any]
 def run_gate(gate: Gate, candidate: Candidate) -> tuple[bool, str]:
     """Calls ``gate`` and normalizes its answer to ``(accepted, reason)``.
 
-    Never raises for a gate's own failure: an exception or an answer that is not a bool or
-    a ``(bool, str)`` pair is a rejection whose reason says so.
+    Never raises for a gate's own failure: an exception (any ``BaseException``, so also
+    ``SystemExit`` and ``KeyboardInterrupt`` raised by the gate's code: on the load thread
+    they would otherwise end the thread and nothing would load again) or an answer that is
+    not a bool or a ``(bool, str)`` pair is a rejection whose reason says so.
     """
     name = getattr(gate, "__name__", repr(gate))
     try:
         answer = gate(candidate)
-    except Exception as e:
-        return False, f"the gate {name} raised {type(e).__name__}: {e}"
+    except BaseException as e:  # a gate's sys.exit() refuses the version, too
+        detail = str(e)
+        return False, f"the gate {name} raised {type(e).__name__}" + (
+            f": {detail}" if detail else "")
     reason = ""
     if isinstance(answer, tuple) and len(answer) == 2 and isinstance(answer[1], str):
         answer, reason = answer
