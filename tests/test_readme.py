@@ -42,8 +42,8 @@ def test_the_readme_library_example_trains_saves_and_reads_back(tmp_path):
     assert len(code.splitlines()) <= 25, "the README's example should stay short"
     r = run_example(code, tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.strip() == "ckpts/model.ckpt-1 1 (64, 10)"
-    assert sorted(p.name for p in (tmp_path / "ckpts").iterdir()) == [
+    assert r.stdout.strip() == "my_ckpts/model.ckpt-1 1 (64, 10)"
+    assert sorted(p.name for p in (tmp_path / "my_ckpts").iterdir()) == [
         "checkpoint", "model.ckpt-1.h5"]
 
 
