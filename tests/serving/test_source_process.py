@@ -163,24 +163,32 @@ def test_close_while_starting_leaves_nothing_watching(tmp_path, monkeypatch):
     assert calls == []
 
 
-def test_a_stopped_child_is_not_alive_and_close_stays_bounded(tmp_path, monkeypatch):
+def test_a_stopped_child_is_killed_and_replaced_and_close_stays_bounded(tmp_path, monkeypatch,
+                                                                        caplog):
     monkeypatch.setattr(sp, "_HEARTBEAT_TIMEOUT_S", 1.5)
     monkeypatch.setattr(sp, "_CLOSE_TIMEOUT_S", 1.0)
     publish(tmp_path, 1)
     rec = Recorder()
-    source = ProcessCheckpointSource(tmp_path, rec, rescan_interval_s=30).start()
+    source = ProcessCheckpointSource(tmp_path, rec, rescan_interval_s=0.2).start()
     try:
         assert rec.latest_version() == 1
         pid = source.pid
         os.kill(pid, signal.SIGSTOP)
         for _ in range(2000):  # more rescans than the socket holds: none may block
             source.rescan()
-        wait_until(lambda: not source.alive, timeout_s=10)
+        # Silent for _HEARTBEAT_TIMEOUT_S: killed (and reaped), a fresh child follows
+        # the directory again.
+        wait_until(lambda: _gone(pid), timeout_s=10)
+        assert f"checkpoint source process (pid {pid}) did not answer within 1.5 s" in caplog.text
+        wait_until(lambda: source.pid not in (None, pid) and source.alive, timeout_s=20)
+        assert source.observer_restarts >= 1
+        publish(tmp_path, 2)
+        wait_until(lambda: rec.latest_version() == 2, timeout_s=10)
+        os.kill(source.pid, signal.SIGSTOP)  # close is bounded with a stopped child too
     finally:
         start = time.monotonic()
-        source.close()  # the stopped child is killed after the close timeout
+        source.close()
         assert time.monotonic() - start < sp._CLOSE_TIMEOUT_S + 5
-    wait_until(lambda: _gone(pid), timeout_s=10)
 
 
 def test_restarts_never_go_down_when_the_child_is_replaced(tmp_path):

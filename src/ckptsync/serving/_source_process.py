@@ -26,8 +26,11 @@ Protocol (frames of :mod:`ckptsync.workers.frames` over the socket of a
 
 The child ignores SIGINT and SIGTERM: it ends when its socket closes, i.e. when the
 server closes the source or dies (even by SIGKILL), so it never outlives the server. If
-the child dies, the server starts another (counted in ``observer_restarts``); where no
-process can be started, the source runs in this process instead.
+the child dies, the server starts another (counted in ``observer_restarts``); so it does
+when the child stops answering (it reports at least every second; silent for
+``_HEARTBEAT_TIMEOUT_S`` = 5 s, e.g. SIGSTOPped, it is killed and replaced:
+:meth:`~ckptsync.workers.WorkerProcess.await_answer`); where no process can be started,
+the source runs in this process instead.
 
 Thread-safety: as :class:`~.source.CheckpointSource`.
 """
@@ -346,7 +349,15 @@ class ProcessCheckpointSource:
 
     def _receive_loop(self, reader: FrameReader) -> None:
         while True:
-            doc = reader.next()
+            doc = reader.next(block=False)
+            if doc is NOT_READY:
+                # The child reports every _HEARTBEAT_S; a silent one (stopped, frozen) is
+                # killed here, and replaced below like one that died.
+                if not self._worker.await_answer(_HEARTBEAT_TIMEOUT_S,
+                                                 f"watching {self.checkpoint_dir}"):
+                    if self._closed or not self._worker.running:
+                        return
+                continue
             if doc is not None:
                 self._handle(doc)
                 continue

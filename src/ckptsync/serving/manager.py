@@ -144,7 +144,7 @@ class ModelManager:
             return self
         if self.options.read_in_subprocess:
             try:
-                self._reader = CheckpointReadProcess()
+                self._reader = CheckpointReadProcess(timeout_s=self.options.load_timeout_s)
             except OSError as e:  # no processes here: read on the load thread
                 logger.warning("cannot start the checkpoint reader process (%s); reading "
                                "checkpoints in this process", e)

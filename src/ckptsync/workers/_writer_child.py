@@ -3,7 +3,10 @@ shared buffers, runs each job (data file, state file, deletions) in order, repli
 after a failed job skips the queued ones until the owner says to go on ("C").
 
 Started as ``WORKER_COMMAND + [socket fd]``; exits when the socket closes; ignores SIGINT
-so that Ctrl-C in a terminal does not cut a save short.
+so that Ctrl-C in a terminal does not cut a save short. While a job runs, a heartbeat
+thread sends ``{"alive": true}`` every ``HEARTBEAT_S`` seconds (never while idle, and
+never blocking: a full socket skips a beat), so that the owner can tell a slow write
+from a stopped or frozen writer.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,12 +29,46 @@ import numpy as np
 from ..checkpoint import management, writer
 from ..checkpoint import state as state_file
 from ..errors import InvalidArgumentError
-from .frames import error_reply, readable_waiter, recv_frame, send_frame
+from .frames import encode_frame, error_reply, readable_waiter, recv_frame, send_frame
 from .shared_arrays import ArrayLayout, SharedBuffer
 
 __all__ = ["worker_main"]
 
 logger = logging.getLogger(__name__)
+
+HEARTBEAT_S = 0.5  # seconds between the beats of a busy writer
+_BEAT = encode_frame(b"", {"alive": True})
+
+
+class _Heartbeat:
+    """Sends a beat every ``HEARTBEAT_S`` while :meth:`busy` is on; sleeps otherwise
+    (no wake-up of an idle writer). ``lock`` serializes it with the replies."""
+
+    def __init__(self, sock: socket.socket, lock: threading.Lock):
+        self._sock, self._lock = sock, lock
+        self._busy, self._done = threading.Event(), threading.Event()
+        threading.Thread(target=self._run, name="ckptsync-writer-heartbeat",
+                         daemon=True).start()
+
+    def busy(self, on: bool) -> None:
+        if on:
+            self._done.clear()
+            self._busy.set()
+        else:
+            self._busy.clear()
+            self._done.set()
+
+    def _run(self) -> None:
+        while True:
+            self._busy.wait()
+            while self._busy.is_set() and not self._done.wait(HEARTBEAT_S):
+                with self._lock:
+                    try:
+                        self._sock.send(_BEAT, socket.MSG_DONTWAIT)  # whole or not at all
+                    except BlockingIOError:
+                        pass  # the owner is not reading now: nobody misses this beat
+                    except OSError:
+                        return
 
 
 def _views(variables: list[dict[str, Any]], mm: mmap.mmap | None) -> dict[str, np.ndarray]:
@@ -76,6 +114,8 @@ def worker_main() -> None:
     views: dict[int, tuple[Any, dict[str, np.ndarray]]] = {}  # slot -> (variables, views)
     failed = False  # after a failed job, skip queued jobs until the owner says "C"
     wait_readable = readable_waiter(sock)  # not woken when the owner reads a reply
+    send_lock = threading.Lock()
+    heartbeat = _Heartbeat(sock, send_lock)
     while True:
         try:
             wait_readable()
@@ -116,10 +156,15 @@ def worker_main() -> None:
             if cached is None or cached[0] is not variables:
                 views.pop(slot, None)  # drop the old views before making new ones
                 cached = views[slot] = (variables, _views(variables, mms.get(slot)))
-            reply = _run_job(job, cached[1])
+            heartbeat.busy(True)
+            try:
+                reply = _run_job(job, cached[1])
+            finally:
+                heartbeat.busy(False)
             failed = not reply.get("ok")
         try:
-            send_frame(sock, b"", reply)
+            with send_lock:
+                send_frame(sock, b"", reply)
         except OSError:
             break
     sock.close()

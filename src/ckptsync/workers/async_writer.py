@@ -27,6 +27,12 @@ worker, or the worker dying) is raised by the next :meth:`~AsyncCheckpointWriter
 :meth:`~AsyncCheckpointWriter.wait` or :meth:`~AsyncCheckpointWriter.close`; the next
 submit after that starts a fresh worker.
 
+A worker that stops answering is treated as one that died: while a job runs it sends a
+heartbeat every 0.5 s, and a worker silent for ``silence_timeout_s`` (30 s by default)
+while the owner waits for it (SIGSTOPped, frozen) is killed
+(:meth:`~.process.WorkerProcess.await_answer`); the saves it held are reported failed
+(UnknownError naming the first), never as saved, and the next submit starts another.
+
 Thread-safety: not thread-safe; one owner (thread) calls submit/wait/close.
 """
 
@@ -34,7 +40,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import os
 import socket
 import time
 from collections.abc import Mapping, Sequence
@@ -45,10 +50,10 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .. import errors
-from ..checkpoint import CheckpointReader, get_checkpoint_state, sweep_temp_files
 from ..checkpoint.management import remove_evicted
 from ..checkpoint.writer import check_global_step, metadata_json, prepare_arrays
 from ..errors import CkptsyncRuntimeError, CkptsyncValueError, UnknownError
+from ._writer_recovery import remove_leftovers, was_published
 from .frames import NOT_READY, FrameReader, error_from_reply, send_frame
 from .placement import pin_process, writer_cpus
 from .process import WorkerProcess, python_command
@@ -65,6 +70,8 @@ _CLOSE_TIMEOUT_S = 60.0
 _MAX_IN_FLIGHT = 16
 _IN_FLIGHT_BUDGET_BYTES = 64 << 20
 _GROW_BYTES = 1 << 20
+_SILENCE_TIMEOUT_S = 30.0
+_START_GRACE_S = 30.0  # a fresh worker's first answer also waits for its imports
 
 
 @dataclass(frozen=True)
@@ -128,37 +135,6 @@ class _Queued(NamedTuple):
     submitted_unix_s: float
 
 
-def _was_published(job: _Queued) -> bool:
-    """True when the state file names ``job``'s checkpoint as the latest and its data
-    file is the one this job wrote (created after it was submitted: a same-named
-    checkpoint published earlier, by this Saver or any other, does not count): the job
-    got past its publish, only its deletions may be missing. Any doubt says False (the
-    save is then reported as failed, never wrongly as saved)."""
-    if job.state is None or job.rewrites:
-        return False
-    try:
-        state = get_checkpoint_state(job.state.save_dir, job.state.latest_filename)
-        if state is None or os.path.abspath(state.model_checkpoint_path) != job.prefix:
-            return False
-        with CheckpointReader(job.prefix) as reader:
-            return reader.created_unix_s >= job.submitted_unix_s
-    except Exception:
-        return False
-
-
-def _remove_leftovers(lost: list[_Queued], pid: int) -> None:
-    """After worker ``pid`` died: removes its temp files in the lost jobs' directories
-    (only its own: by pid). A data file it renamed into place before dying is left: it
-    cannot be told apart from a same-named checkpoint saved earlier, which must never be
-    deleted. Problems are logged, never raised."""
-    for directory in sorted({os.path.dirname(job.prefix) for job in lost}):
-        try:
-            sweep_temp_files(directory, pid=pid)
-        except Exception as e:
-            logger.warning("could not remove the dead writer's temp files in %s: %s",
-                           directory, e)
-
-
 class AsyncCheckpointWriter:
     """Writes checkpoints in a worker process, in order, a few at a time.
 
@@ -174,6 +150,10 @@ class AsyncCheckpointWriter:
 
     Args:
         max_in_flight: the most saves queued at once (>= 1); None for the default.
+        silence_timeout_s: a worker that sends nothing (no reply, no heartbeat) for this
+            many seconds while the owner waits for it is declared hung, killed and
+            replaced, and its saves fail; seconds, > 0 (a fresh worker gets 30 s more
+            for its first answer: its imports).
 
     Raises:
         OSError: the worker could not be started.
@@ -184,10 +164,15 @@ class AsyncCheckpointWriter:
         ...     w.wait()
     """
 
-    def __init__(self, max_in_flight: int | None = None) -> None:
+    def __init__(self, max_in_flight: int | None = None,
+                 silence_timeout_s: float = _SILENCE_TIMEOUT_S) -> None:
         if max_in_flight is not None and max_in_flight < 1:
             raise CkptsyncValueError(f"max_in_flight must be >= 1; got {max_in_flight}.")
+        if not silence_timeout_s > 0:
+            raise CkptsyncValueError(f"silence_timeout_s must be > 0; got {silence_timeout_s}.")
         self._max_in_flight = max_in_flight
+        self._silence_timeout_s = float(silence_timeout_s)
+        self._answered_pid: int | None = None  # the worker that sent a frame
         self._worker = WorkerProcess(lambda: WORKER_COMMAND, "checkpoint writer",
                                      _CLOSE_TIMEOUT_S)
         self._sock: socket.socket | None = None
@@ -378,13 +363,8 @@ class AsyncCheckpointWriter:
             head = self._queue[0]
             prefix = head.prefix
             assert self._reader is not None and self._worker.pid is not None
-            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-            try:
-                reply = self._reader.next(block, timeout)
-            except TimeoutError as e:
-                raise errors.DeadlineExceededError(
-                    None, None, f"Checkpoint {prefix} was not written within the timeout."
-                ) from e
+            hangs = self._worker.hangs
+            reply = self._next_reply(block, deadline, prefix)
             if reply is NOT_READY:
                 return
             self._queue.popleft()
@@ -393,7 +373,7 @@ class AsyncCheckpointWriter:
                 continue
             # This job failed: the worker skips the later queued ones until told to go
             # on; collect their replies, then let it go on.
-            if reply is None and _was_published(head):
+            if reply is None and was_published(head):
                 # The worker died after publishing this checkpoint (before its reply):
                 # it is saved; finish its clean-up here. Jobs queued after it were lost.
                 pid = self._worker.pid
@@ -413,15 +393,18 @@ class AsyncCheckpointWriter:
                 lost = [head, *self._queue]
                 self._queue.clear()
                 self._stop()  # reaped: its temp files are now a dead writer's
-                _remove_leftovers(lost, pid)
+                remove_leftovers(lost, pid)
+                how = ("stopped answering (no heartbeat for "
+                       f"{self._silence_timeout_s:g} s) and was killed"
+                       if self._worker.hangs != hangs else "died")
                 raise UnknownError(
                     None, None,
-                    f"The checkpoint writer process (pid {pid}) died while writing {prefix}; "
+                    f"The checkpoint writer process (pid {pid}) {how} while writing {prefix}; "
                     f"that checkpoint is not counted as saved (the state file does not name "
                     f"it)" + (f", nor the {len(dropped)} queued after it." if dropped else "."))
             while self._queue:
                 self._queue.popleft()
-                if self._reader.next() is None:
+                if self._next_reply(True, None, prefix) is None:
                     self._queue.clear()
                     self._stop()
                     break
@@ -431,6 +414,36 @@ class AsyncCheckpointWriter:
                 except OSError:  # died since its reply: the next submit starts another
                     self._stop()
             raise error_from_reply(reply)
+
+    def _next_reply(self, block: bool, deadline: float | None, prefix: str) -> Any:
+        """The next reply, skipping heartbeats: a dict, None (the worker died, or was
+        killed for ``silence_timeout_s`` without a frame) or NOT_READY (not ``block``).
+
+        Raises:
+            DeadlineExceededError: ``deadline`` (time.monotonic()) passed first.
+        """
+        assert self._reader is not None
+        while True:
+            reply = self._reader.next(block=False)
+            if reply is NOT_READY:
+                if not block:
+                    return NOT_READY
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left < self._silence_timeout_s:
+                    if left <= 0 or not self._worker.readable(left):
+                        raise errors.DeadlineExceededError(
+                            None, None, f"Checkpoint {prefix} was not written within the timeout.")
+                else:
+                    silence = self._silence_timeout_s
+                    if self._worker.pid != self._answered_pid:
+                        silence += _START_GRACE_S
+                    self._worker.await_answer(silence, f"writing {prefix}")
+                continue
+            if reply is not None:
+                self._answered_pid = self._worker.pid
+            if isinstance(reply, dict) and "alive" in reply:
+                continue  # a heartbeat: the worker is busy writing
+            return reply
 
     def wait(self, timeout_s: float | None = None) -> None:
         """Blocks until every queued job is written, published and cleaned up.

@@ -10,12 +10,18 @@ serving source process) is started, watched and stopped by this class::
               or interpreter exit)
     sock      frames both ways (.frames) <->  serves until its socket closes
     exited()  poll: has it died?
+    await_answer(timeout_s)                   answers within timeout_s, or is
+              SIGKILLed (stopped, frozen,       declared hung (``hangs`` += 1); the
+              stuck in a read)                  caller's recv then sees the end
     restart() stop, start, restarts += 1
     stop()    shutdown + close the socket --> sees the end, exits
               reap; SIGKILL after close_timeout_s
 
 The worker ends when its socket closes, i.e. when the owner stops it or dies (even by
-SIGKILL), so it never outlives its owner.
+SIGKILL), so it never outlives its owner. A worker that stops answering (SIGSTOPped, or
+stuck in a read of a hung file) is found by :meth:`WorkerProcess.await_answer` and
+killed, so that its owner treats it exactly as one that died: replaced, and its job
+failed.
 
 Thread-safety: not thread-safe; the owner serializes calls (its own lock), except
 :attr:`pid`, :attr:`running` and :meth:`exited`, which only read.
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import select
 import signal
 import socket
 import subprocess
@@ -104,6 +111,8 @@ class WorkerProcess:
         self.restarts = 0
         #: The exit status of the worker :meth:`stop` last reaped (negative: the signal).
         self.last_returncode: int | None = None
+        #: Workers killed by :meth:`await_answer` for not answering in time.
+        self.hangs = 0
 
     def start(self) -> socket.socket:
         """Starts a worker (stopping the one running, if any) and returns this side's
@@ -154,6 +163,48 @@ class WorkerProcess:
         if proc is not None:
             with contextlib.suppress(OSError):
                 proc.kill()
+
+    def await_answer(self, timeout_s: float | None, doing: str = "") -> bool:
+        """Waits until the worker's socket has something to read (a frame, the end of
+        stream or an error), at most ``timeout_s`` seconds (None: forever).
+
+        A worker that sends nothing in that time is hung (SIGSTOPped, frozen, or stuck
+        in a read of a hung file system): it is logged (naming ``doing``, e.g.
+        ``"reading m-5.h5"``), counted in :attr:`hangs` and killed with SIGKILL (which
+        ends a stopped process too), so the caller's next ``recv`` sees the end of
+        stream and its usual death handling (replace the worker, fail the job) runs.
+
+        Returns:
+            True when something arrived; False when the worker was killed as hung (or
+            none runs).
+
+        Thread-safety: safe beside one receiving thread of the same socket; it only
+        polls the socket and signals the process.
+        """
+        if self._sock is None:
+            return False
+        if self.readable(timeout_s):
+            return True
+        self.hangs += 1
+        logger.error("the %s process (pid %s) did not answer within %g s%s (stopped, or "
+                     "stuck); killing it", self.name, self.pid, timeout_s,
+                     f" while {doing}" if doing else "")
+        self.kill()
+        return False
+
+    def readable(self, timeout_s: float | None) -> bool:
+        """True once the worker's socket has something to read (or is closed), False
+        when ``timeout_s`` seconds pass first (None: waits forever). Kills nothing."""
+        sock = self._sock
+        if sock is None:
+            return True  # nothing to wait for: the caller's recv sees the end
+        poller = select.poll()
+        try:
+            poller.register(sock, select.POLLIN)
+            ms = None if timeout_s is None else max(0, int(timeout_s * 1000))
+            return bool(poller.poll(ms))  # retried after EINTR (PEP 475)
+        except (OSError, ValueError):  # closed meanwhile
+            return True
 
     @property
     def sock(self) -> socket.socket | None:

@@ -19,7 +19,9 @@ the system when the last view is dropped (for the loader: when the last request 
 holds that version returns). The worker starts with the reader, exits when its socket
 closes, and ignores SIGINT. A worker that dies during a read (e.g. killed, or HDF5
 crashed on a hostile file) fails that read with DataLossError naming the file; the next
-read starts a fresh worker.
+read starts a fresh worker. A worker that does not answer a read within ``timeout_s``
+(SIGSTOPped, or stuck in a read of a hung file system) is killed and replaced the same
+way, and that read fails with DeadlineExceededError naming the file.
 
 Thread-safety: :meth:`CheckpointReadProcess.read` may be called from several threads;
 reads run one at a time.
@@ -27,6 +29,7 @@ reads run one at a time.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -39,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from ..checkpoint.reader import read_checkpoint_into
-from ..errors import CkptsyncRuntimeError, DataLossError, UnknownError
+from ..errors import CkptsyncRuntimeError, DataLossError, DeadlineExceededError, UnknownError
 from .frames import (
     error_from_reply,
     error_reply,
@@ -60,12 +63,19 @@ logger = logging.getLogger(__name__)
 READER_COMMAND: list[str] = python_command("ckptsync.workers.read_process", "reader_main")
 _CLOSE_TIMEOUT_S = 10.0
 _CLOSE_LOCK_WAIT_S = 1.0
+_START_GRACE_S = 30.0  # a fresh worker's first read also waits for its imports
 
 
 class CheckpointReadProcess:
     """Reads and verifies checkpoints in a worker process into shared memory.
 
     The worker starts in the constructor (it imports while the caller goes on).
+
+    Args:
+        timeout_s: the longest one read may take, in seconds, before its worker is
+            declared hung, killed and replaced (None: no bound). The server passes
+            ``load_timeout_s``. A fresh worker's first read gets 30 s more (its
+            start-up: imports).
 
     Raises:
         OSError: the worker could not be started.
@@ -77,7 +87,9 @@ class CheckpointReadProcess:
         False
     """
 
-    def __init__(self) -> None:
+    def __init__(self, timeout_s: float | None = None) -> None:
+        self._timeout_s = timeout_s
+        self._answered_pid: int | None = None  # the worker that answered a read
         self._lock = threading.Lock()
         self._worker = WorkerProcess(lambda: READER_COMMAND, "checkpoint reader",
                                      _CLOSE_TIMEOUT_S)
@@ -129,6 +141,8 @@ class CheckpointReadProcess:
         Raises:
             NotFoundError, DataLossError: as ``read_checkpoint`` (the message names the
                 file and the variable); DataLossError also when the worker died reading.
+            DeadlineExceededError: the worker did not answer within ``timeout_s``; it
+                was killed (the next read starts another).
             CkptsyncRuntimeError: the reader is closed.
         """
         with self._lock:
@@ -137,12 +151,21 @@ class CheckpointReadProcess:
             # A worker that dies is replaced and the read tried once more (it may have
             # died before it saw the request); dying twice on one file fails the read.
             for attempt in range(2):
+                hangs = self._worker.hangs
                 reply, fds, pid = self._ask(prefix, names)
                 if reply is not None:
                     break
                 if self._closed:
                     raise CkptsyncRuntimeError(
                         f"The checkpoint reader process was closed while reading {prefix}.h5.")
+                if self._worker.hangs != hangs:  # a hung read is not retried: it may hang again
+                    with contextlib.suppress(OSError):  # the successor imports meanwhile
+                        self._worker.start()
+                    raise DeadlineExceededError(
+                        None, None,
+                        f"The checkpoint reader process (pid {pid}) did not answer within "
+                        f"{self._timeout_s:g} s while reading {prefix}.h5 (stopped, or stuck "
+                        f"in a read); it was killed and is replaced.")
                 logger.warning("checkpoint reader process %s died reading %s.h5%s", pid, prefix,
                                "; retrying" if attempt == 0 else "")
             else:
@@ -167,6 +190,10 @@ class CheckpointReadProcess:
         pid = worker.pid
         try:
             send_frame(sock, b"R", {"prefix": os.fspath(prefix), "names": list(names)})
+            timeout = self._timeout_s
+            if timeout is not None and pid != self._answered_pid:
+                timeout += _START_GRACE_S
+            worker.await_answer(timeout, f"reading {prefix}.h5")  # else killed
             _, reply, fds = recv_frame_with_fds(sock, 1)
         except OSError:
             fds, reply = [], None
@@ -177,6 +204,7 @@ class CheckpointReadProcess:
             if not self._closed:
                 worker.restarts += 1  # the next _ask starts another
             return None, [], pid
+        self._answered_pid = pid
         return reply, fds, pid
 
     @property
