@@ -157,14 +157,21 @@ def _run(chief: bool, **kw: Any) -> None:
         "final_loss": summary.final_loss, "held_out_accuracy": summary.held_out_accuracy,
         "checkpoints_written": summary.checkpoints_written,
         "last_checkpoint": summary.last_checkpoint, "restored_from": summary.restored_from,
+        "held_out_loss": summary.held_out_loss, "ranks": summary.ranks,
+        "global_batch_size": summary.global_batch_size,
     }
     if log_format == "json":
         click.echo(json.dumps(result))
     else:
-        acc = "n/a" if summary.held_out_accuracy is None else f"{summary.held_out_accuracy:.4f}"
         loss = "n/a" if summary.final_loss is None else f"{summary.final_loss:.4f}"
-        click.echo(f"done: global step {summary.global_step} ({summary.steps_run} steps this run), "
-                   f"final loss {loss}, held-out accuracy {acc}, "
+        held = "n/a" if summary.held_out_loss is None else f"{summary.held_out_loss:.4f}"
+        acc = "" if summary.held_out_accuracy is None else \
+            f", held-out accuracy {summary.held_out_accuracy:.4f}"
+        ranks = "" if summary.ranks == 1 else (
+            f" on {summary.ranks} ranks (global batch {summary.global_batch_size} = "
+            f"{summary.ranks} x {summary.global_batch_size // summary.ranks})")
+        click.echo(f"done: global step {summary.global_step} ({summary.steps_run} steps this run"
+                   f"{ranks}), final loss {loss}, held-out loss {held}{acc}, "
                    f"{summary.checkpoints_written} checkpoint"
                    f"{'' if summary.checkpoints_written == 1 else 's'} written (the one at session "
                    f"start included, as TF1's CheckpointSaverHook), last "
@@ -194,24 +201,32 @@ class _Reporter:
                 self._shown = p.step - 1
             sps = f"{p.steps_per_s:.0f}" if p.steps_per_s else "-"
             ck = os.path.basename(p.last_checkpoint) if p.last_checkpoint else "-"
+            if p.queued_checkpoints:
+                ck += f" (+{len(p.queued_checkpoints)} queued)"
             self._bar.update(max(0, p.step - self._shown), f"loss {p.loss:.4f} {sps} steps/s {ck}")
             self._shown = p.step
             return
         now = time.monotonic()
         interval = 0.25 if self._fmt == "json" else 1.0
-        if now - self._last_line < interval and p.step < p.last_step and p.eval_accuracy is None:
+        evaluated = p.eval_accuracy is not None or p.eval_loss is not None
+        if now - self._last_line < interval and p.step < p.last_step and not evaluated:
             return
         self._last_line = now
         rec = {"event": "progress", "step": p.step, "loss": round(p.loss, 6),
                "steps_per_s": None if p.steps_per_s is None else round(p.steps_per_s, 1),
-               "last_checkpoint": p.last_checkpoint, "eval_accuracy": p.eval_accuracy}
+               "last_checkpoint": p.last_checkpoint, "eval_accuracy": p.eval_accuracy,
+               "eval_loss": p.eval_loss, "queued_checkpoints": list(p.queued_checkpoints)}
         if self._fmt == "json":
             click.echo(json.dumps(rec))
         else:
             sps = f"{p.steps_per_s:.0f} steps/s" if p.steps_per_s else "starting"
-            extra = "" if p.eval_accuracy is None else f" held-out accuracy {p.eval_accuracy:.4f}"
+            queued = "" if not p.queued_checkpoints else (
+                f" (queued, not yet on disk: {', '.join(p.queued_checkpoints)})")
+            extra = "" if p.eval_loss is None else f" held-out loss {p.eval_loss:.4f}"
+            if p.eval_accuracy is not None:
+                extra += f" held-out accuracy {p.eval_accuracy:.4f}"
             click.echo(f"step {p.step}/{p.last_step} loss {p.loss:.4f} {sps}, last "
-                       f"checkpoint {p.last_checkpoint or '-'}{extra}", err=True)
+                       f"checkpoint {p.last_checkpoint or '-'}{queued}{extra}", err=True)
 
     def close(self) -> None:
         if self._bar is not None:

@@ -12,7 +12,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-from .conftest import cli, env
+import numpy as np
+
+from .conftest import REPO, cli, env
 
 # A model split over three files: model.py imports mymodel_utils at import time and
 # mymodel_layers inside build_net (after the file was loaded).
@@ -106,3 +108,56 @@ def test_a_wrong_build_net_signature_names_the_expected_one(tmp_path):
     assert "build_net(graph, device, mode) -> ModelSpec" in lines[0]
     assert "build_net(graph)" in lines[0] and str(bad) in lines[0]
     assert not (tmp_path / "c").exists()
+
+
+REGRESSION = textwrap.dedent("""
+    import ckptsync as cs
+
+    def build_net(graph, device, mode):
+        with graph.as_default(), graph.device(device):
+            x = cs.placeholder(cs.float32, [None, 3], name="x")
+            w = cs.get_variable("w", [3, 1])
+            prediction = cs.matmul(x, w, name="prediction")
+            outputs = {"prediction": prediction}
+            if mode == cs.ModeKeys.PREDICT:
+                return cs.ModelSpec(inputs={"x": x}, outputs=outputs)
+            y = cs.placeholder(cs.float32, [None, 1], name="y")
+            loss = cs.reduce_mean(cs.square(prediction - y), name="loss")
+            step = cs.train.get_or_create_global_step()
+            train_op = cs.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=step)
+            return cs.ModelSpec(inputs={"x": x}, outputs=outputs, labels={"y": y}, loss=loss,
+                                train_op=train_op)
+""")
+
+
+def test_a_regression_model_reports_held_out_loss_and_no_accuracy(tmp_path):
+    (tmp_path / "reg.py").write_text(REGRESSION)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(500, 3)).astype(np.float32)
+    y = (x @ np.array([[1.0], [-2.0], [0.5]], np.float32)).astype(np.float32)
+    np.savez(tmp_path / "reg.npz", x=x[:400], y=y[:400], x_test=x[400:], y_test=y[400:])
+    args = ("--model", str(tmp_path / "reg.py"), "--data", str(tmp_path / "reg.npz"),
+            "--steps", "200", "--eval-every", "100")
+    r = _run(*args, "--checkpoint-dir", str(tmp_path / "j"), "--log-format", "json",
+             cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    records = [json.loads(ln) for ln in r.stdout.splitlines()]
+    summary = records[-1]
+    assert summary["held_out_accuracy"] is None
+    assert 0 <= summary["held_out_loss"] < 0.05  # y is a linear function of x
+    evals = [rec for rec in records if rec["event"] == "progress" and rec["eval_loss"] is not None]
+    assert [rec["step"] for rec in evals] == [100, 200]
+    assert all(rec["eval_accuracy"] is None for rec in evals)
+    assert summary["ranks"] == 1 and summary["global_batch_size"] == 64
+    r = _run(*args, "--checkpoint-dir", str(tmp_path / "t"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "held-out loss" in r.stdout and "accuracy" not in r.stdout + r.stderr, r.stdout
+    assert "held-out loss" in r.stderr  # the progress line of each evaluation
+
+
+def test_a_classifier_reports_held_out_loss_and_accuracy(tmp_path):
+    r = _run("--model", str(REPO / "examples" / "digits_mlp.py"), "--checkpoint-dir",
+             str(tmp_path / "c"), "--steps", "300", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    done = r.stdout.strip().splitlines()[-1]
+    assert "held-out loss " in done and "held-out accuracy 0.9" in done, done

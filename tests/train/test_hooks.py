@@ -322,3 +322,67 @@ def test_init_that_leaves_variables_uninitialized_is_reported():
         scaffold = cs.train.Scaffold(init_op=cs.no_op())
         with pytest.raises(RuntimeError, match="Init operations did not make model ready"):
             MonitoredSession(cs.train.ChiefSessionCreator(scaffold=scaffold))
+
+
+class _OnDiskListener(CheckpointSaverListener):
+    """Records, at each after_save, whether that checkpoint is on disk: its data file
+    and the state file naming it (or a later one)."""
+
+    def __init__(self, directory):
+        self.directory, self.calls = str(directory), []
+
+    def after_save(self, session, global_step_value):
+        prefix = os.path.join(self.directory, f"model.ckpt-{global_step_value}")
+        latest = cs.train.latest_checkpoint(self.directory)
+        self.calls.append((global_step_value, os.path.exists(prefix + ".h5"),
+                           latest is not None and int(latest.rsplit("-", 1)[1])
+                           >= global_step_value))
+
+
+def test_async_after_save_is_called_once_the_checkpoint_is_on_disk(tmp_path, monkeypatch):
+    """The writer process is held at a gate (a FIFO) before writing checkpoint 2: the
+    saves from 2 on are queued, not reported, until the gate opens."""
+    import sys
+    import textwrap
+    import threading
+
+    from ckptsync.workers import async_writer
+
+    gate = tmp_path / "gate"
+    os.mkfifo(gate)
+    code = textwrap.dedent(f"""
+        from ckptsync.workers import _writer_child as child
+        real = child._run_job
+        def run(job, arrays):
+            if job["prefix"].endswith("model.ckpt-2"):
+                with open({str(gate)!r}) as f:
+                    f.read()
+            return real(job, arrays)
+        child._run_job = run
+        child.worker_main()""")
+    monkeypatch.setattr(async_writer, "WORKER_COMMAND", [sys.executable, "-c", code])
+    g, step, x, v, train = _graph()
+    lst = _OnDiskListener(tmp_path)
+    opened = False
+    with g.as_default():
+        saver = cs.train.Saver(max_to_keep=0, async_save=True)
+        hook = CheckpointSaverHook(str(tmp_path), save_steps=1, saver=saver, listeners=[lst])
+        try:
+            with MonitoredSession(hooks=[hook]) as sess:
+                for _ in range(5):
+                    sess.run(train, {x: 1.0})
+                assert [c[0] for c in lst.calls] in ([], [0], [0, 1])
+                assert hook.queued_paths[-4:] == [str(tmp_path / f"model.ckpt-{s}")
+                                                  for s in (2, 3, 4, 5)]
+                assert hook.last_saved_step in (None, 0, 1) and hook.saves <= 2
+                opener = threading.Thread(target=lambda: open(gate, "w").close(), daemon=True)
+                opener.start()
+                opener.join(60)
+                assert not opener.is_alive(), "the writer never reached the gate"
+                opened = True
+        finally:
+            if not opened:
+                os.close(os.open(gate, os.O_RDWR | os.O_NONBLOCK))
+            saver.close()
+    assert lst.calls == [(s, True, True) for s in range(6)]
+    assert hook.saves == 6 and hook.last_saved_step == 5 and hook.queued_paths == []

@@ -4,7 +4,7 @@
 * :class:`LoopHook`: fetches the loss, measures speed, evaluates, throttles, reports
   :class:`~.trainer.Progress` and stops on the stop event.
 * :class:`PreflightHook`: runs the loss over the training set once before step 1.
-* :func:`make_evaluator`: held-out accuracy from a model spec.
+* :func:`make_evaluator`: held-out loss (and accuracy for a classifier) from a model spec.
 
 Thread-safety: as every hook, these run in the training loop's thread; only the stop
 event given to :class:`LoopHook` may be set from another thread.
@@ -16,6 +16,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -34,8 +35,8 @@ from ..train.session_run_hook import (
 from ..train.training_util import get_global_step
 from .options import Progress, TrainerOptions
 
-__all__ = ["EVAL_BATCH", "FiniteSaver", "LoopHook", "PreflightHook", "make_evaluator",
-           "nan_refusal"]
+__all__ = ["EVAL_BATCH", "Evaluation", "FiniteSaver", "LoopHook", "PreflightHook",
+           "is_classifier", "make_evaluator", "nan_refusal"]
 
 #: Rows per ``session.run`` when the whole training or test set is evaluated.
 EVAL_BATCH = 4096
@@ -72,6 +73,10 @@ class FiniteSaver(Saver):
         with nan_refusal():
             super().wait_until_finished(timeout_s)
 
+    def poll_saves(self) -> int:
+        with nan_refusal():
+            return super().poll_saves()
+
 
 @contextlib.contextmanager
 def nan_refusal() -> Iterator[None]:
@@ -88,17 +93,19 @@ class LoopHook(SessionRunHook):
     Args:
         opts: the run's options (``steps``, ``eval_every``, ``max_steps_per_s``).
         loss: the scalar loss tensor fetched each step.
-        evaluate: ``evaluate(session)`` -> held-out accuracy in [0, 1], or None.
-        saver_hook: whose ``last_saved_path`` each :class:`Progress` reports.
+        evaluate: ``evaluate(session)`` -> :class:`Evaluation` (held-out loss, accuracy).
+        saver_hook: whose ``last_saved_path`` (the newest checkpoint on disk) and
+            ``queued_paths`` (async saves not yet on disk) each :class:`Progress` reports.
         on_progress: called after every step (in the loop's thread), or None.
         stop_event: once set (from any thread), the session stops after this step; the
             throttle waits on it, so a stop is never delayed by a throttle.
 
-    After the run, ``loss`` (the last step's), ``steps_run``, ``accuracy`` and
+    After the run, ``loss`` (the last step's), ``steps_run``, ``accuracy`` (None unless
+    a classifier), ``eval_loss`` (held-out) and
     ``start_step`` (the global step the session started at) describe it.
     """
 
-    def __init__(self, opts: TrainerOptions, loss: Any, evaluate: Callable[[Any], float | None],
+    def __init__(self, opts: TrainerOptions, loss: Any, evaluate: Callable[[Any], Evaluation],
                  saver_hook: CheckpointSaverHook, on_progress: Callable[[Progress], None] | None,
                  stop_event: threading.Event):
         self._opts, self._loss, self._evaluate = opts, loss, evaluate
@@ -106,6 +113,7 @@ class LoopHook(SessionRunHook):
         self.loss: float | None = None
         self.steps_run = 0
         self.accuracy: float | None = None
+        self.eval_loss: float | None = None
         self._t0 = time.perf_counter()
         self._window: list[float] = []
 
@@ -129,12 +137,15 @@ class LoopHook(SessionRunHook):
             self._window.pop(0)
         sps = (len(self._window) - 1) / (self._window[-1] - self._window[0]) \
             if len(self._window) > 1 and self._window[-1] > self._window[0] else None
-        acc = None
+        ev = None
         if self._opts.eval_every and step % self._opts.eval_every == 0:
-            acc = self.accuracy = self._evaluate(run_context.session)
+            ev = self._record(self._evaluate(run_context.session))
         if self._on_progress:
-            self._on_progress(Progress(step, self._opts.steps, self.loss, sps,
-                                       self._saver_hook.last_saved_path, acc))
+            hook = self._saver_hook
+            self._on_progress(Progress(
+                step, self._opts.steps, self.loss, sps, hook.last_saved_path,
+                None if ev is None else ev.accuracy, None if ev is None else ev.loss,
+                tuple(hook.queued_paths)))
         if self._opts.max_steps_per_s:
             wait = self._t0 + self.steps_run / self._opts.max_steps_per_s - time.perf_counter()
             if wait > 0:
@@ -142,8 +153,12 @@ class LoopHook(SessionRunHook):
         if self._stop.is_set():
             run_context.request_stop()
 
+    def _record(self, ev: Evaluation) -> Evaluation:
+        self.accuracy, self.eval_loss = ev.accuracy, ev.loss
+        return ev
+
     def end(self, session: Any) -> None:
-        self.accuracy = self._evaluate(session)
+        self._record(self._evaluate(session))
 
 
 class PreflightHook(SessionRunHook):
@@ -177,30 +192,73 @@ class PreflightHook(SessionRunHook):
                             f"{e.message}") from None
 
 
-def make_evaluator(spec: Any, test: Any) -> Callable[[Any], float | None]:
-    """``evaluate(session)``: held-out accuracy in [0, 1] over ``test`` (name -> array)
-    from the ``classes`` output (or the argmax of a sole ``[batch, classes]`` output); one
-    that returns None when the model has no such output, more than one input or label,
-    or ``test`` is empty."""
-    if len(spec.labels) != 1 or len(spec.inputs) != 1:
-        return lambda sess: None
-    out = spec.outputs.get("classes")
-    if out is None and len(spec.outputs) == 1:
-        (only,) = spec.outputs.values()
-        if only.get_shape().ndims == 2:
+@dataclass(frozen=True)
+class Evaluation:
+    """Held-out figures of one evaluation.
+
+    Attributes:
+        loss: the model's ``loss`` over the held-out rows (row-weighted mean of its
+            per-batch values; the loss's own units), or None.
+        accuracy: the fraction in [0, 1] of rows whose predicted class is the label; None
+            for a model that is not a classifier.
+    """
+
+    loss: float | None
+    accuracy: float | None
+
+
+def is_classifier(spec: Any) -> bool:
+    """True for a classifier: one input, one integer label ``[batch]`` (or
+    ``[batch, 1]``), and a ``classes`` output or a sole ``[batch, classes]`` output
+    with more than one class. A regression model (float labels) is not one."""
+    if len(spec.labels or {}) != 1 or len(spec.inputs) != 1:
+        return False
+    (label,) = spec.labels.values()
+    if not label.dtype.is_integer:
+        return False
+    if "classes" in spec.outputs:
+        return True
+    if len(spec.outputs) != 1:
+        return False
+    (only,) = spec.outputs.values()
+    shape = only.get_shape()
+    return shape.ndims == 2 and (shape[1] is None or shape[1] > 1)
+
+
+def make_evaluator(spec: Any, test: Any) -> Callable[[Any], Evaluation]:
+    """``evaluate(session)`` -> :class:`Evaluation` over ``test`` (name -> array): the
+    held-out loss (when ``test`` holds every input and label), and for a classifier
+    (:func:`is_classifier`) the accuracy of the ``classes`` output (or of the argmax of
+    the sole ``[batch, classes]`` output). Both are None for an empty ``test``.
+
+    Raises:
+        OpError: (from ``evaluate``) the model's graph fails on the held-out rows.
+    """
+    feeds = {**spec.inputs, **(spec.labels or {})}
+    has_all = bool(test) and all(k in test for k in feeds)
+    out = None
+    if is_classifier(spec):
+        out = spec.outputs.get("classes")
+        if out is None:
+            (only,) = spec.outputs.values()
             with only.graph.as_default():
                 out = argmax(only, axis=1)
-    if out is None:
-        return lambda sess: None
-    (x_name, x), = spec.inputs.items()
-    (y_name, _), = spec.labels.items()
-    xs, ys = test[x_name], test[y_name]
+    rows = len(next(iter(test.values()))) if has_all else 0
+    y_name = next(iter(spec.labels)) if out is not None else None
 
-    def evaluate(sess: Any) -> float | None:
-        if len(xs) == 0:
-            return None
-        preds = np.concatenate([sess.run(out, {x: xs[i:i + EVAL_BATCH]})
-                                for i in range(0, len(xs), EVAL_BATCH)])
-        return float(np.mean(preds.reshape(-1) == ys.reshape(-1)))
+    def evaluate(sess: Any) -> Evaluation:
+        if not rows or spec.loss is None:
+            return Evaluation(None, None)
+        loss_sum, correct = 0.0, 0
+        fetches = [spec.loss] if out is None else [spec.loss, out]
+        for i in range(0, rows, EVAL_BATCH):
+            chunk = {feeds[k]: test[k][i:i + EVAL_BATCH] for k in feeds}
+            n = len(next(iter(chunk.values())))
+            values = sess.run(fetches, chunk)
+            loss_sum += float(values[0]) * n
+            if out is not None:
+                labels = test[y_name][i:i + EVAL_BATCH]
+                correct += int(np.sum(values[1].reshape(-1) == labels.reshape(-1)))
+        return Evaluation(loss_sum / rows, None if out is None else correct / rows)
 
     return evaluate

@@ -73,7 +73,19 @@ class TrainerOptions:
 
 @dataclass
 class Progress:
-    """A snapshot of the run for progress displays."""
+    """A snapshot of the run for progress displays.
+
+    Attributes:
+        step: the global step just run; ``last_step`` the one training stops at.
+        loss: that step's training loss.
+        steps_per_s: recent speed (steps per second), None at first.
+        last_checkpoint: the newest checkpoint prefix on disk (data file and state file
+            published), or None; with ``--async-save`` a save still queued is not it.
+        eval_accuracy, eval_loss: held-out figures when this step evaluated, else None
+            (accuracy is None for a model that is not a classifier).
+        queued_checkpoints: prefixes of async saves started and not yet on disk, oldest
+            first.
+    """
 
     step: int
     last_step: int
@@ -81,11 +93,15 @@ class Progress:
     steps_per_s: float | None
     last_checkpoint: str | None
     eval_accuracy: float | None = None
+    eval_loss: float | None = None
+    queued_checkpoints: tuple[str, ...] = ()
 
 
 @dataclass
 class TrainingSummary:
-    """What ``run_training`` returns."""
+    """What ``run_training`` returns. ``checkpoints_written`` counts checkpoints on disk
+    (with ``--async-save``: confirmed by the writer); ``held_out_accuracy`` is None for a
+    model that is not a classifier."""
 
     global_step: int
     steps_run: int
@@ -96,3 +112,9 @@ class TrainingSummary:
     restored_from: str | None
     stopped_by_signal: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The held-out loss at the end (the loss's units), or None (no held-out rows).
+    held_out_loss: float | None = None
+    #: Processes training together (1 without ``mpiexec``), and the rows per step over
+    #: all of them (``ranks * batch_size``).
+    ranks: int = 1
+    global_batch_size: int = 0

@@ -107,6 +107,9 @@ def run_training(opts: TrainerOptions, on_progress: Callable[[Progress], None] |
             _check_feeds(name, t, data.train[name], opts.data)
         iterator = BatchIterator(data.train, par.global_batch_size(opts.batch_size),
                                  seed=opts.seed)
+        if par.size > 1 and par.is_chief:
+            log.info("Data parallel: %d ranks x batch %d = global batch %d per step.",
+                     par.size, opts.batch_size, par.global_batch_size(opts.batch_size))
         resume_path = resume_point(opts.checkpoint_dir) if opts.resume and par.is_chief \
             else None
         restored_meta = par.from_chief(lambda: _position(resume_path))
@@ -139,7 +142,8 @@ def run_training(opts: TrainerOptions, on_progress: Callable[[Progress], None] |
             global_step=step, steps_run=loop.steps_run, final_loss=loop.loss,
             held_out_accuracy=loop.accuracy, checkpoints_written=saver_hook.saves,
             last_checkpoint=saver_hook.last_saved_path, restored_from=creator.restored_from,
-            stopped_by_signal=stop_event.is_set())
+            stopped_by_signal=stop_event.is_set(), held_out_loss=loop.eval_loss,
+            ranks=par.size, global_batch_size=par.global_batch_size(opts.batch_size))
 
 
 def resume_point(checkpoint_dir: str) -> str | None:

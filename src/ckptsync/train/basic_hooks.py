@@ -4,6 +4,7 @@ stopping at a step, logging, NaN checks, step counting and final ops.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import time
@@ -65,7 +66,10 @@ class SecondOrStepTimer:
 
 
 class CheckpointSaverListener:
-    """Called around each save of a :class:`CheckpointSaverHook`."""
+    """Called around each save of a :class:`CheckpointSaverHook`: ``before_save`` before
+    the save starts, ``after_save`` once it is done (its data file and the state file
+    on disk; with an async Saver that is a later step, or the session's end, in the
+    training thread), as TF1's contract."""
 
     def begin(self) -> None:
         pass
@@ -88,10 +92,17 @@ class CheckpointSaverHook(SessionRunHook):
     of the ``SAVERS`` collection) writes ``<checkpoint_dir>/<checkpoint_basename>-<step>``.
     ckptsync extension: ``metadata_fn()`` returns a JSON-serializable dict stored in each
     checkpoint (the trainer records its input pipeline position there). With a saver built
-    as ``Saver(async_save=True)`` each save only copies the values and returns; a failed
-    background save is raised by the next save or by ``end``, which waits for the last
-    one. ``last_saved_step`` then names the last save *started*. The hook does not close
-    the saver: its owner does.
+    as ``Saver(async_save=True)`` each save only copies the values and returns; the hook
+    then reports it as queued (``queued_paths``) until the writer confirms it on disk
+    (checked without blocking after each step, and at every save), and only then
+    updates ``last_saved_step``, ``last_saved_path`` and ``saves`` and calls the
+    listeners' ``after_save``. ``end`` waits for the last one. A failed background save
+    is raised by the next step, save or ``end``; the saves the hook still had queued are
+    then never reported as saved. The hook does not close the saver: its owner does.
+
+    Attributes:
+        last_saved_step, last_saved_path: the newest save on disk (None before one).
+        saves: how many of this hook's saves are on disk.
 
     Raises:
         ValueError: both ``saver`` and ``scaffold``; both or neither of secs/steps.
@@ -115,6 +126,13 @@ class CheckpointSaverHook(SessionRunHook):
         self.last_saved_step: int | None = None
         self.last_saved_path: str | None = None
         self.saves = 0
+        self._queued: collections.deque[tuple[int, str | None]] = collections.deque()
+
+    @property
+    def queued_paths(self) -> list[str]:
+        """Prefixes of this hook's saves started and not yet confirmed on disk, oldest
+        first (always empty with a synchronous Saver)."""
+        return [path for _, path in self._queued if path is not None]
 
     def begin(self) -> None:
         self._global_step_tensor = get_global_step()
@@ -132,6 +150,8 @@ class CheckpointSaverHook(SessionRunHook):
         return SessionRunArgs(self._global_step_tensor)
 
     def after_run(self, run_context: SessionRunContext, run_values: SessionRunValues) -> None:
+        if self._queued and self._confirm(run_context.session, poll=True):
+            run_context.request_stop()
         stale = int(run_values.results)
         if self._timer.should_trigger_for_step(stale + self._steps_per_run):
             step = int(run_context.session.run(self._global_step_tensor))
@@ -148,7 +168,8 @@ class CheckpointSaverHook(SessionRunHook):
         # published, or its failure raised, before the session ends.
         wait = getattr(self._get_saver(), "wait_until_finished", None)
         if wait is not None:
-            wait()
+            self._forgetting_on_failure(wait)
+        self._confirm(session)
         for lst in self._listeners:
             lst.end(session, step)
 
@@ -171,15 +192,39 @@ class CheckpointSaverHook(SessionRunHook):
         for lst in self._listeners:
             lst.before_save(session, step)
         extra = {"metadata": self._metadata_fn()} if self._metadata_fn else {}
-        self.last_saved_path = self._get_saver().save(session, self._save_path, global_step=step,
-                                                      **extra)
-        self.last_saved_step = step
-        self.saves += 1
+        saver = self._get_saver()
+        path = self._forgetting_on_failure(
+            lambda: saver.save(session, self._save_path, global_step=step, **extra))
+        self._queued.append((step, path))
+        return self._confirm(session)
+
+    def _forgetting_on_failure(self, call: Any) -> Any:
+        """``call()``; a failure (an async save's) forgets the queued saves, never
+        reporting them as saved."""
+        try:
+            return call()
+        except BaseException:
+            self._queued.clear()
+            raise
+
+    def _confirm(self, session: Any, poll: bool = False) -> bool:
+        """Reports the queued saves now on disk, oldest first: the saver's
+        ``pending_saves`` are the newest saves it started, so all but the last that many
+        of the hook's are done (a saver without it is synchronous). ``poll`` first takes
+        the async writer's confirmations. Returns True when a listener asks to stop."""
+        saver = self._get_saver()
+        if poll and hasattr(saver, "poll_saves"):
+            self._forgetting_on_failure(saver.poll_saves)
+        pending = len(getattr(saver, "pending_saves", ()))
         stop = False
-        for lst in self._listeners:
-            if lst.after_save(session, step):
-                log.info("A CheckpointSaverListener requested that training be stopped.")
-                stop = True
+        while len(self._queued) > pending:
+            step, path = self._queued.popleft()
+            self.last_saved_step, self.last_saved_path = step, path
+            self.saves += 1
+            for lst in self._listeners:
+                if lst.after_save(session, step):
+                    log.info("A CheckpointSaverListener requested that training be stopped.")
+                    stop = True
         return stop
 
 

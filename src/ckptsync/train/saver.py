@@ -204,8 +204,8 @@ class Saver:
 
         Returns:
             The prefix; None for an empty ``allow_empty`` Saver. With ``async_save`` the
-            file is complete only once ``wait_until_finished()`` (or the next save)
-            returns.
+            file is complete only once ``wait_until_finished()`` returns, or once
+            ``pending_saves`` (after ``poll_saves()`` or a later save) no longer lists it.
 
         Raises:
             ValueError: the parent directory is missing; ``latest_filename`` has a
@@ -352,6 +352,29 @@ class Saver:
             self._retention.set_last_checkpoints_with_time(
                 [(p, t) for p, t in kept if ckpt.checkpoint_exists(p)])
         self._rollback = []
+
+    @property
+    def pending_saves(self) -> list[str]:
+        """Absolute prefixes of the async saves started and not yet confirmed on disk
+        (data file durable and state file published), oldest first, as of the last
+        ``save``, :meth:`poll_saves` or wait; always [] for a synchronous Saver."""
+        return [prefix for prefix, _ in self._rollback]
+
+    def poll_saves(self) -> int:
+        """Takes the writer's confirmations that have arrived, without blocking, and
+        returns how many async saves are still pending (0 for a synchronous Saver).
+
+        Raises:
+            OpError: a queued save failed; as :meth:`wait_until_finished`, it and the saves
+                queued after it are forgotten.
+        """
+        if self._writer is None or not self._rollback:
+            return 0
+        try:  # a zero timeout takes the replies already there, then gives up at once
+            self._finish_async(0.0)
+        except errors.DeadlineExceededError:
+            pass
+        return len(self._rollback)
 
     def wait_until_finished(self, timeout_s: float | None = None) -> None:
         """Blocks until the queued async saves are durable and published.
