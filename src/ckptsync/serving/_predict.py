@@ -11,6 +11,7 @@ body cap and thread pool for big bodies are those of every other route (through
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from typing import TYPE_CHECKING, Any
@@ -19,7 +20,14 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import URL
 from starlette.responses import RedirectResponse
 
-from ._responses import ClientGone, dumps, map_error, read_capped_body
+from ._responses import (
+    DRAIN_CUT_BODY,
+    ClientGone,
+    dumps,
+    map_error,
+    read_capped_body,
+    url_version,
+)
 
 if TYPE_CHECKING:  # http imports this module
     from .http import RestApi
@@ -54,7 +62,9 @@ class PredictHandler:
 
     async def handle(self, scope: Any, receive: Any, send: Any) -> bool:
         """Answers the request if it is a predict (True); False (nothing received or sent)
-        otherwise. Never raises for a bad request: errors are answered as JSON."""
+        otherwise. Never raises for a bad request: errors are answered as JSON, and a
+        request cancelled by the server's drain timeout (``--drain-timeout-s``) is answered
+        503 ``{"error"}`` instead of uvicorn's plain-text 500."""
         if scope["type"] != "http":
             return False
         m = PREDICT_PATH.match(scope["path"])
@@ -74,7 +84,7 @@ class PredictHandler:
             name, v = m.groups()
             if name != api.model_name:
                 api.check_name(name)  # raises the 404 (or 405 for a misplaced verb)
-            version = None if v is None else int(v)
+            version = None if v is None else url_version(v)
             body = await read_capped_body(scope["headers"], receive, self.api.max_request_bytes)
             if len(body) <= api.inline_max_body_bytes:
                 data, served = api.predict_bytes(body, version)
@@ -84,6 +94,8 @@ class PredictHandler:
             headers.append((b"x-model-version", served.encode()))
         except ClientGone:
             return True
+        except asyncio.CancelledError:  # the server's drain timeout cut this request
+            status, data = 503, DRAIN_CUT_BODY
         except Exception as e:
             status, message, extra = map_error(e, "POST", scope["path"])
             data = dumps({"error": message}).encode()

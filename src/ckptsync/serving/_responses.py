@@ -1,5 +1,5 @@
 """JSON answers and error mapping shared by the HTTP app's routes (:mod:`.http`) and its
-predict fast path (:mod:`._fast_path`).
+predict handler (:mod:`._predict`).
 
 An exception becomes ``(HTTP status, {"error": message}, extra headers)``: an
 :class:`HttpError` carries its own status, an ``OpError`` maps by its TF error code, and
@@ -20,7 +20,9 @@ from .. import errors
 logger = logging.getLogger("ckptsync.serving.http")
 
 __all__ = [
+    "DRAIN_CUT_BODY",
     "HTTP_STATUS",
+    "INT64_MAX",
     "ClientGone",
     "HttpError",
     "decode_json",
@@ -29,8 +31,10 @@ __all__ = [
     "json_response",
     "loads",
     "map_error",
+    "parse_version",
     "read_capped_body",
     "short",
+    "url_version",
 ]
 
 HTTP_STATUS = {
@@ -42,6 +46,36 @@ HTTP_STATUS = {
     errors.UNAVAILABLE: 503,
     errors.DEADLINE_EXCEEDED: 504,
 }
+
+
+# The answer to a request that the server's drain timeout cancels (uvicorn's is a
+# plain-text 500).
+DRAIN_CUT_BODY = (b'{"error":"the server is shutting down and its drain timeout ended this '
+                  b'request before it finished; retry on another replica"}')
+INT64_MAX = 2**63 - 1  # a version is a global step: an int64
+
+
+def parse_version(text: str) -> int | None:
+    """``text`` as a version: ASCII digits whose value fits int64 -> that int; anything
+    else (``"²"``, 5,000 digits, a sign) -> None. Never raises; thread-safe."""
+    if not (text.isascii() and text.isdigit()) or len(text) > 19:
+        return None  # len check first: int() of 5,000 digits raises ValueError
+    value = int(text)
+    return value if value <= INT64_MAX else None
+
+
+def url_version(text: str) -> int:
+    """The ``{v}`` of ``/versions/{v}`` (ASCII digits) as an int.
+
+    Raises:
+        HttpError: 404 when it does not fit int64 (no such version can exist).
+    """
+    version = parse_version(text)
+    if version is None:
+        raise HttpError(
+            404, f"version {short(text)} not found: a version is a global step in "
+            "[0, 2**63 - 1]")
+    return version
 
 
 class HttpError(Exception):

@@ -37,6 +37,7 @@ Example:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
 import time
@@ -52,6 +53,7 @@ from prometheus_client import (
 )
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
@@ -61,6 +63,8 @@ from .. import errors
 from ._metrics import ManagerCollector
 from ._predict import PredictHandler
 from ._responses import (
+    DRAIN_CUT_BODY,
+    INT64_MAX,
     ClientGone,
     HttpError,
     decode_json,
@@ -68,14 +72,32 @@ from ._responses import (
     error_response,
     json_response,
     map_error,
+    parse_version,
     read_capped_body,
     short,
+    url_version,
 )
 from .manager import ModelManager
 from .options import HttpOptions, apply_overrides
-from .rest_codec import format_predict_response, parse_predict_request
+from .rest_codec import format_predict_response, parse_predict_body
 
 __all__ = ["create_app"]
+
+
+class _VersionDigits(Convertor[str]):
+    """``{version:digits}``: the digits as text, parsed by :func:`url_version` in the
+    handler (starlette's ``int`` convertor raises on 5,000 digits: a 500)."""
+
+    regex = "[0-9]+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("digits", _VersionDigits())
 
 
 class RestApi:
@@ -145,8 +167,8 @@ class RestApi:
 
     def _check_model(self, request: Request) -> int | None:
         self.check_name(request.path_params["name"])
-        version: int | None = request.path_params.get("version")
-        return version
+        text: str | None = request.path_params.get("version")  # digits (_VersionDigits)
+        return None if text is None else url_version(text)
 
     def check_name(self, name: str) -> None:
         """Raises HttpError 404 unless ``name`` is the model (405 for ``name:verb``)."""
@@ -173,11 +195,10 @@ class RestApi:
             OpError: InvalidArgumentError (inputs against the signature), UnavailableError
                 or NotFoundError (from ``manager.acquire``).
         """
-        payload = decode_json(body)
         servable = self.manager.servable
-        try:
-            inputs, row_format = parse_predict_request(
-                payload, servable.signature, self.max_batch_size
+        try:  # never decodes more than max_batch_size rows of a bigger batch
+            inputs, row_format, batch = parse_predict_body(
+                body, servable.signature, self.max_batch_size
             )
         except (RecursionError, ValueError, TypeError, OverflowError) as e:
             if isinstance(e, errors.OpError):
@@ -185,7 +206,6 @@ class RestApi:
             raise HttpError(400, f"cannot read the request's inputs: {e}") from None
         snap = self.manager.acquire(version)  # the one snapshot this request runs on
         outputs = servable.run(snap.params, inputs)
-        batch = len(payload["instances"]) if row_format else None
         answer = format_predict_response(outputs, row_format, batch)
         answer["model_version"] = snap.version
         return dumps(answer).encode(), str(snap.version)
@@ -259,11 +279,14 @@ class RestApi:
                 400, f'pin body must be an object {{"version": N}}, got {short(payload)}'
             )
         version = payload["version"]
-        if isinstance(version, str) and version.isdigit():
-            version = int(version)
-        if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        if isinstance(version, str):
+            version = parse_version(version)  # None unless ASCII digits that fit int64
+        if isinstance(version, bool) or not isinstance(version, int) or not (
+            0 <= version <= INT64_MAX
+        ):
             raise HttpError(
-                400, f'"version" must be an integer >= 0 (a global step), got {short(version)}'
+                400, f'"version" must be an integer >= 0 (a global step), got '
+                f"{short(payload['version'])}; versions are int64 (at most 2**63 - 1)"
             )
         timeout_s = payload.get("timeout_s", 30.0)
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not (
@@ -327,8 +350,27 @@ class ServingApp(Starlette):
         self._predict = predict
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if not await self._predict.handle(scope, receive, send):
+        if await self._predict.handle(scope, receive, send):
+            return
+        if scope["type"] != "http":
             await super().__call__(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: Any) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await super().__call__(scope, receive, tracking_send)
+        except asyncio.CancelledError:  # the drain timeout cut it: JSON 503, not a text 500
+            if started:
+                raise
+            headers = [(b"content-type", b"application/json"), (b"connection", b"close"),
+                       (b"content-length", str(len(DRAIN_CUT_BODY)).encode())]
+            await send({"type": "http.response.start", "status": 503, "headers": headers})
+            await send({"type": "http.response.body", "body": DRAIN_CUT_BODY})
 
 
 def create_app(
@@ -369,7 +411,7 @@ def create_app(
                               {k: v for k, v in given.items() if v is not None}, "create_app")
     api = RestApi(manager, model_name, options)
     ep = api.endpoint
-    model, version = "/v1/models/{name}", "/v1/models/{name}/versions/{version:int}"
+    model, version = "/v1/models/{name}", "/v1/models/{name}/versions/{version:digits}"
     # POST .../{name}[/versions/{v}]:predict never reaches these: PredictHandler answers it.
     routes = [
         Route(model + ":pin", ep("pin", api.pin), methods=["POST"]),

@@ -305,7 +305,8 @@ class ModelManager:
         Raises:
             NotFoundError: no checkpoint of ``version`` exists; the policy is unchanged.
             FailedPreconditionError: ``version`` failed to load or verify; the previous
-                policy is restored and the served version is unchanged.
+                policy is restored and the served version is unchanged; or a later
+                ``pin``/``unpin``/``set_policy`` replaced this pin before it was served.
             DeadlineExceededError: still loading after ``timeout_s``; it stays pinned.
         """
         policy = VersionPolicy.parse(version)
@@ -338,6 +339,13 @@ class ModelManager:
                         None,
                         f"cannot pin version {version}: {error}; the policy stays "
                         f"{_describe(previous)}",
+                    )
+                if self._policy != policy:  # a later pin or unpin replaced this one
+                    raise FailedPreconditionError(
+                        None,
+                        None,
+                        f"the pin of version {version} was overtaken by a later change of "
+                        f"policy; the policy is now {_describe(self._policy)}",
                     )
                 left = deadline - time.monotonic()
                 if left <= 0 or book.closed:

@@ -14,20 +14,188 @@ Base64 (``{"b64": ...}``) binary values are not supported (no string tensors).
 
 from __future__ import annotations
 
-from typing import Any
+import json
+import re
+from collections.abc import Callable
+from typing import Any, cast
 
 import numpy as np
 
 from ..errors import InvalidArgumentError, OpError
 from .servable import Signature, cast_if_finite, validate_inputs
 
-__all__ = ["parse_predict_request", "format_predict_response"]
+__all__ = ["decode_predict_body", "format_predict_response", "parse_predict_body",
+           "parse_predict_request"]
 
 _SIGNATURE_NAMES = ("", "serving_default")
 
 
 def _bad(message: str) -> OpError:
     return InvalidArgumentError(None, None, message)
+
+
+def parse_predict_body(
+    body: bytes, signature: Signature, max_batch_size: int
+) -> tuple[dict[str, np.ndarray], bool, int | None]:
+    """A predict request body (bytes) -> validated input arrays, never decoding more
+    than ``max_batch_size`` rows of it into Python objects: :func:`decode_predict_body`,
+    then :func:`parse_predict_request`.
+
+    Returns:
+        (input key -> array, True for the row format, rows of ``instances`` or None).
+
+    Raises:
+        InvalidArgumentError: not JSON, more rows than ``max_batch_size`` (counted before
+            the body is decoded whole), or as :func:`parse_predict_request`.
+
+    Thread-safety: pure; any number of threads at once.
+    """
+    payload = decode_predict_body(body, max_batch_size, _batch_inputs(signature))
+    inputs, row_format = parse_predict_request(payload, signature, max_batch_size)
+    return inputs, row_format, len(payload["instances"]) if row_format else None
+
+
+def _batch_inputs(signature: Signature) -> set[str]:
+    return {k for k, spec in signature.inputs.items() if spec.shape and spec.shape[0] is None}
+
+
+_WALK_MIN_BYTES = 1 << 20  # bytes; smaller bodies are decoded whole
+_WS = re.compile(r"[ \t\n\r]*")
+_DECODER = json.JSONDecoder()
+# json's own string scanner (C), not declared by typeshed: (text, index after '"') ->
+# (str, index after the closing '"').
+_scanstring: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
+
+
+def _skip(text: str, i: int) -> int:
+    """The index of the first non-whitespace character of ``text`` from ``i``."""
+    return cast(re.Match[str], _WS.match(text, i)).end()
+_ROW_KEYS = ("instances", "inputs")
+
+
+def decode_predict_body(body: bytes, max_rows: int, batch_inputs: set[str] | None = None) -> Any:
+    """``body`` as JSON, as ``json.loads`` would decode it, except that a list of
+    ``"instances"`` (or of ``"inputs"``, or of an ``"inputs"`` object's key in
+    ``batch_inputs``; None: every key) is refused once it has more than ``max_rows``
+    elements, before the rest of it is decoded: a body under the size cap with a million
+    rows costs what ``max_rows`` rows cost, not gigabytes. A body of at most 1 MiB (a few
+    milliseconds to decode whole), or with fewer than ``max_rows`` commas (it cannot have
+    that many rows), goes to ``json.loads`` whole, which is faster.
+
+    Raises:
+        InvalidArgumentError: not valid JSON (or nesting too deeply), or too many rows
+            (the message names the field and the limit).
+
+    Thread-safety: pure. The element-by-element decode gives up the interpreter lock
+    between elements, so a pool thread running it does not stall the event loop.
+    """
+    try:
+        if len(body) <= _WALK_MIN_BYTES or body.count(b",") < max_rows:
+            return json.loads(body)  # cannot hold more rows, or costs little to decode
+        text = body.decode(json.detect_encoding(body), "surrogatepass")
+        return _walk_object(text, max_rows, batch_inputs)
+    except RecursionError:
+        raise _bad("request body is not valid JSON: it nests too deeply") from None
+    except (UnicodeDecodeError, ValueError) as e:  # JSONDecodeError is a ValueError
+        if isinstance(e, OpError):
+            raise
+        raise _bad(f"request body is not valid JSON: {e}") from None
+
+
+def _walk_object(text: str, max_rows: int, batch_inputs: set[str] | None) -> Any:
+    raw_decode = _DECODER.raw_decode
+    i = _skip(text, 0)
+    if text[i:i + 1] != "{":
+        return json.loads(text)  # not an object: parse_predict_request names it
+    out: dict[str, Any] = {}
+    i = _skip(text, i + 1)
+    if text[i:i + 1] == "}":
+        i += 1
+    else:
+        while True:
+            if text[i:i + 1] != '"':
+                raise json.JSONDecodeError("Expecting property name enclosed in double quotes",
+                                           text, i)
+            key, i = _scanstring(text, i + 1)
+            i = _skip(text, i)
+            if text[i:i + 1] != ":":
+                raise json.JSONDecodeError("Expecting ':' delimiter", text, i)
+            i = _skip(text, i + 1)
+            head = text[i:i + 1]
+            if key in _ROW_KEYS and head == "[" and (
+                    key == "instances" or batch_inputs is None or len(batch_inputs) == 1):
+                out[key], i = _walk_list(text, i, max_rows, f'"{key}"')
+            elif key == "inputs" and head == "{":
+                out[key], i = _walk_columns(text, i, max_rows, batch_inputs)
+            else:
+                out[key], i = raw_decode(text, i)
+            i = _skip(text, i)
+            if text[i:i + 1] == ",":
+                i = _skip(text, i + 1)
+                continue
+            if text[i:i + 1] != "}":
+                raise json.JSONDecodeError("Expecting ',' delimiter", text, i)
+            i += 1
+            break
+    if _skip(text, i) != len(text):
+        raise json.JSONDecodeError("Extra data", text, i)
+    return out
+
+
+def _walk_columns(text: str, i: int, max_rows: int,
+                  batch_inputs: set[str] | None) -> tuple[dict[str, Any], int]:
+    """The ``"inputs"`` object at ``text[i]``, each batch input's list bounded."""
+    raw_decode = _DECODER.raw_decode
+    out: dict[str, Any] = {}
+    i = _skip(text, i + 1)
+    if text[i:i + 1] == "}":
+        return out, i + 1
+    while True:
+        if text[i:i + 1] != '"':
+            raise json.JSONDecodeError("Expecting property name enclosed in double quotes",
+                                       text, i)
+        key, i = _scanstring(text, i + 1)
+        i = _skip(text, i)
+        if text[i:i + 1] != ":":
+            raise json.JSONDecodeError("Expecting ':' delimiter", text, i)
+        i = _skip(text, i + 1)
+        if text[i:i + 1] == "[" and (batch_inputs is None or key in batch_inputs):
+            out[key], i = _walk_list(text, i, max_rows, f'"inputs.{key}"')
+        else:
+            out[key], i = raw_decode(text, i)
+        i = _skip(text, i)
+        if text[i:i + 1] == ",":
+            i = _skip(text, i + 1)
+            continue
+        if text[i:i + 1] != "}":
+            raise json.JSONDecodeError("Expecting ',' delimiter", text, i)
+        return out, i + 1
+
+
+def _walk_list(text: str, i: int, max_rows: int, field: str) -> tuple[list[Any], int]:
+    """The JSON list at ``text[i]`` (a ``[``), refused past ``max_rows`` elements."""
+    raw_decode = _DECODER.raw_decode
+    items: list[Any] = []
+    append = items.append
+    i = _skip(text, i + 1)
+    if text[i:i + 1] == "]":
+        return items, i + 1
+    while True:
+        value, i = raw_decode(text, i)
+        append(value)
+        if len(items) > max_rows:
+            raise _bad(
+                f"{field} has more than {max_rows} rows, more than the server's "
+                "max_batch_size; split the request"
+            )
+        i = _skip(text, i)
+        sep = text[i:i + 1]
+        if sep == ",":
+            i = _skip(text, i + 1)
+        elif sep == "]":
+            return items, i + 1
+        else:
+            raise json.JSONDecodeError("Expecting ',' delimiter", text, i)
 
 
 def parse_predict_request(

@@ -1,0 +1,107 @@
+"""Issue 16 item 5: a body under the size cap with more rows than ``max_batch_size`` is
+refused (400 naming the limit) without being decoded whole, while a real `infer serve`
+process keeps answering other requests."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import httpx
+import pytest
+
+from ckptsync.errors import InvalidArgumentError
+from ckptsync.serving.rest_codec import decode_predict_body
+
+from .conftest import wait_until
+from .test_request_path import start_server, stop
+
+ROW = b"[0.5,0.25,0.125,1.5]"
+ROWS = 1_000_000  # ~21 MiB: under the 64 MiB cap, 244x the batch limit
+
+
+def high_water_kib(pid: int) -> int:
+    """The process's peak resident set (``VmHWM``), KiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmHWM")
+
+
+@pytest.mark.slow
+def test_too_many_rows_refused_before_decoding_while_others_are_answered(tmp_path, model_file):
+    body = b'{"instances": [' + b",".join([ROW] * ROWS) + b"]}"
+    proc, port = start_server(tmp_path, model_file)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        with httpx.Client(base_url=base, timeout=30.0) as client:
+            wait_until(lambda: client.get("/readyz").status_code == 200, timeout_s=30)
+            for _ in range(20):  # warm: the server's steady-state peak
+                assert client.post("/v1/models/mlp:predict",
+                                   json={"instances": [[1, 2, 3, 4]]}).status_code == 200
+            before = high_water_kib(proc.pid)
+            answers: list[httpx.Response] = []
+            done = threading.Event()
+
+            def big() -> None:
+                try:
+                    with httpx.Client(base_url=base, timeout=60.0) as c:
+                        for _ in range(3):
+                            answers.append(c.post("/v1/models/mlp:predict", content=body,
+                                                  headers={"content-type": "application/json"}))
+                finally:
+                    done.set()
+
+            t = threading.Thread(target=big)
+            t.start()
+            others = []
+            while not done.is_set():  # other clients keep being answered meanwhile
+                others.append(client.get("/healthz").status_code)
+                others.append(client.post("/v1/models/mlp:predict",
+                                          json={"instances": [[1, 2, 3, 4]]}).status_code)
+            t.join(60)
+            growth_kib = high_water_kib(proc.pid) - before
+    finally:
+        stop(proc)
+    assert len(answers) == 3
+    for r in answers:
+        assert r.status_code == 400, r.text[:500]
+        error = r.json()["error"]
+        assert "max_batch_size" in error and "4096" in error and '"instances"' in error
+    assert others and set(others) == {200}
+    # Decoding it whole took ~12x the body (a list and 4 floats per row); refusing it
+    # early costs the body and its text.
+    assert growth_kib * 1024 < 6 * len(body), (growth_kib, len(body))
+
+
+BIG = 1 << 20  # bodies over this are decoded row by row
+
+
+@pytest.mark.parametrize("body", [
+    b'{"instances": [' + b",".join([ROW] * 60_000) + b"]}",
+    b' {"signature_name": "", "instances" : [' + b", ".join([b'{"x": [1, 2, 3, 4]}'] * 60_000)
+    + b"] } ",
+    b'{"inputs": {"x": [' + b",".join([ROW] * 60_000) + b'], "y": "\\u00e9\\""}}',
+    b'{"inputs": [' + b",".join([ROW] * 60_000) + b"]}",
+])
+def test_row_by_row_decode_equals_json_loads(body):
+    assert len(body) > BIG
+    assert decode_predict_body(body, 100_000, {"x"}) == json.loads(body)
+
+
+@pytest.mark.parametrize("body,field", [
+    (b'{"instances": [' + b",".join([ROW] * 60_000) + b"]}", '"instances"'),
+    (b'{"inputs": {"x": [' + b",".join([ROW] * 60_000) + b"]}}", '"inputs.x"'),
+    (b'{"inputs": [' + b",".join([ROW] * 60_000) + b"]}", '"inputs"'),
+])
+def test_row_by_row_decode_refuses_past_the_limit(body, field):
+    with pytest.raises(InvalidArgumentError, match=f"{field} has more than 4096 rows"):
+        decode_predict_body(body, 4096, {"x"})
+
+
+@pytest.mark.parametrize("tail", [b",]}", b"]", b"]} x", b"],}"])
+def test_row_by_row_decode_names_bad_json(tail):
+    body = b'{"instances": [' + b",".join([ROW] * 60_000) + tail
+    with pytest.raises(InvalidArgumentError, match="request body is not valid JSON"):
+        decode_predict_body(body, 100_000, {"x"})
