@@ -56,7 +56,9 @@ def learn(reader: Any) -> None:
             global_step=reader.global_step, created_unix_s=0.0, writer=reader.writer,
             metadata_json="x" * meta_len, hashes=[e.xxh3_64 for e in entries], index=index,
             index_hash=_format.hash_array(index))
-        image = _image.image_for(values, names, arrays, _format.hdf5_paths(names))
+        # No self-check build: the image is kept only if the file HDF5 wrote matches it.
+        image = _image.image_for(values, names, arrays, _format.hdf5_paths(names),
+                                 self_check=False)
         if image is None:
             return
         with open(reader.path, "rb") as f:

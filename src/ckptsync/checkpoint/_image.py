@@ -34,11 +34,13 @@ immutable once built.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import contextlib
 import ctypes
 import logging
 import os
+import re
 import secrets
 import struct
 import tempfile
@@ -51,6 +53,8 @@ import numpy as np
 from . import _format
 from ._atomic import _pid_alive
 from ._h5layout import H5Writer, RootValues, write_layout
+from ._ohdr import Chunk
+from ._ohdr import chunks as _ohdr_chunks
 
 __all__ = ["MAX_DATA_BYTES", "MAX_VARIABLES", "MetadataImage", "image_for", "layout_key"]
 
@@ -60,10 +64,11 @@ logger = logging.getLogger(__name__)
 # holds two in-memory copies of the file once, and at this size the metadata's few
 # milliseconds are small next to writing the data.
 MAX_DATA_BYTES = 8 << 20
-# Layouts of more variables are written by HDF5 every time: finding every sentinel is
-# quadratic in the variable count (issue #16: 16,000 scalars took 31 s to build), and
-# past a few hundred variables HDF5's own metadata cost is no longer the larger part.
-MAX_VARIABLES = 1024
+# Layouts of more variables are written (and read) by HDF5 every time. Building an
+# image is linear in the variable count (it once was quadratic: issue #16, 16,000
+# scalars took 31 s) but costs two HDF5 writes of the layout once (~0.2 ms per
+# variable each, on the first save of a layout); past this many, that would be seconds.
+MAX_VARIABLES = 4096
 _CACHE_SIZE = 16
 _IOV_MAX = 512  # below every platform's IOV_MAX (1024 on Linux)
 
@@ -107,62 +112,6 @@ def _checksum(buf: bytearray, start: int, end: int) -> int:
     assert _checksum_fn is not None
     n = end - start
     return int(_checksum_fn((ctypes.c_char * n).from_buffer(buf, start), n, 0))
-
-
-# ------------------------------------------------------------------ object headers
-@dataclass(frozen=True)
-class _Chunk:
-    """An object-header chunk: checksum over ``[start, end)``, stored at ``end``."""
-
-    start: int
-    end: int
-
-
-def _chunks(image: bytearray) -> list[_Chunk]:
-    """Every HDF5 1.8 object-header chunk (``OHDR`` and its ``OCHK`` continuations)
-    whose checksum verifies."""
-    if image[9:10] != b"\x08" or image[10:11] != b"\x08":
-        return []  # offsets and lengths other than 8 bytes: not what we write
-    found: list[_Chunk] = []
-    pos = image.find(b"OHDR")
-    while pos >= 0:
-        if image[pos + 4 : pos + 5] == b"\x02":
-            flags = image[pos + 5]
-            head = 6 + (16 if flags & 0x20 else 0) + (4 if flags & 0x10 else 0)
-            width = 1 << (flags & 0x03)
-            start = pos + head + width
-            end = start + int.from_bytes(image[pos + head : start], "little")
-            if _verifies(image, pos, end):
-                found.append(_Chunk(pos, end))
-                found.extend(_continuations(image, start, end, 6 if flags & 0x04 else 4))
-        pos = image.find(b"OHDR", pos + 1)
-    return found
-
-
-def _continuations(image: bytearray, start: int, end: int, msg_head: int) -> list[_Chunk]:
-    """The ``OCHK`` chunks named by continuation messages (type 0x10) among the
-    messages in ``[start, end)``, and theirs."""
-    out: list[_Chunk] = []
-    at = start
-    while at + msg_head <= end:
-        mtype, msize = image[at], int.from_bytes(image[at + 1 : at + 3], "little")
-        body = at + msg_head
-        if mtype == 0x10 and msize >= 16:
-            addr, length = struct.unpack_from("<QQ", image, body)
-            cend = addr + length - 4
-            if image[addr : addr + 4] == b"OCHK" and _verifies(image, addr, cend):
-                out.append(_Chunk(addr, cend))
-                out.extend(_continuations(image, addr + 4, cend, msg_head))
-        at = body + msize
-    return out
-
-
-def _verifies(image: bytearray, start: int, end: int) -> bool:
-    return 0 <= start < end <= len(image) - 4 and _checksum(image, start, end) == _u32(image, end)
-
-
-def _u32(buf: bytearray, at: int) -> int:
-    return int(struct.unpack_from("<I", buf, at)[0])
 
 
 # ------------------------------------------------------------------ the image
@@ -296,6 +245,11 @@ def _sentinels(template: RootValues, names: Sequence[str]) -> RootValues:
     def hex16() -> str:
         return secrets.token_hex(8)
 
+    # Each variable's hash sentinel: one random 8-character prefix for the whole build
+    # and the variable's number, so one scan for the prefix finds them all (searching
+    # the image for each of n sentinels was quadratic: issue #16).
+    prefix = hex16()[:8]
+
     while True:
         created = struct.unpack("<d", secrets.token_bytes(8))[0]
         if np.isfinite(created):
@@ -308,7 +262,7 @@ def _sentinels(template: RootValues, names: Sequence[str]) -> RootValues:
         created_unix_s=created,
         writer=template.writer,
         metadata_json="".join(secrets.choice(alphabet) for _ in range(meta_len)),
-        hashes=[hex16() for _ in names],
+        hashes=[f"{prefix}{i:08x}" for i in range(len(names))],
         index=template.index,
         index_hash=hex16(),
     )
@@ -372,14 +326,53 @@ def _locate(image: bytearray, raw: bytes) -> int | None:
     return at
 
 
+def _locate_all(image: bytearray, fields: Mapping[str, bytes],
+                hash_prefix: bytes) -> dict[str, int] | None:
+    """Where each field's sentinel lies in ``image``, each found exactly once; None if
+    one is missing or repeated. The variables' hash sentinels all start with
+    ``hash_prefix`` (:func:`_sentinels`): one pass over the image finds every occurrence
+    of each (any occurrence starts with the prefix), so the search is linear in the
+    image, not quadratic. The few root values are searched one by one."""
+    out: dict[str, int] = {}
+    by_raw: dict[bytes, str] = {}
+    for field, raw in fields.items():
+        if field.startswith("hash:"):
+            by_raw[raw] = field
+            continue
+        at = _locate(image, raw)
+        if at is None:
+            return None
+        out[field] = at
+    if by_raw:
+        width = len(next(iter(by_raw)))
+        seen: set[str] = set()
+        for m in re.finditer(re.escape(hash_prefix), image):
+            hit = by_raw.get(bytes(image[m.start() : m.start() + width]))
+            if hit is None:
+                continue
+            if hit in seen:
+                return None  # twice: cannot tell which one is the value
+            seen.add(hit)
+            out[hit] = m.start()
+        if len(seen) != len(by_raw):
+            return None
+    return out
+
+
 def build(values: RootValues, names: Sequence[str], arrays: Mapping[str, np.ndarray],
-          paths: Mapping[str, str]) -> MetadataImage | None:
-    """Builds and self-checks the image of this layout; None where it cannot be used."""
+          paths: Mapping[str, str], self_check: bool = True) -> MetadataImage | None:
+    """Builds and self-checks the image of this layout; None where it cannot be used.
+
+    ``self_check=False`` skips the second HDF5 build and the comparison with it, for a
+    caller that compares the image with a file HDF5 wrote (``_fast_read.learn``
+    matches the file it has read): one HDF5 build instead of two.
+    """
     if _checksum_fn is None:
         return None
     a_values, b_values = _sentinels(values, names), _sentinels(values, names)
     a, where = _build_image(a_values, names, arrays, paths)
-    b, where_b = _build_image(b_values, names, arrays, paths)
+    b, where_b = (_build_image(b_values, names, arrays, paths) if self_check
+                  else (a, where))
     if len(a) != len(b) or where != where_b:
         return None
     # Data regions, in file order.
@@ -399,33 +392,42 @@ def build(values: RootValues, names: Sequence[str], arrays: Mapping[str, np.ndar
         return None
     if at < len(a):
         pieces.append(_Piece(at, bytes(a[at:])))
-    chunks = _chunks(a)
+    chunks = sorted(_ohdr_chunks(a, _checksum), key=lambda c: c.start)
+    chunk_starts = [c.start for c in chunks]
+    piece_starts = [p.offset for p in pieces]
 
-    def piece_of(start: int, end: int) -> tuple[int, int] | None:
-        for i, p in enumerate(pieces):
-            if p.offset <= start and end <= p.offset + len(p.data):
-                return i, start - p.offset
+    def chunk_of(start: int, end: int) -> Chunk | None:
+        i = bisect.bisect_right(chunk_starts, start) - 1
+        return chunks[i] if i >= 0 and end <= chunks[i].end else None
+
+    def piece_of(start: int, end: int) -> int | None:
+        i = bisect.bisect_right(piece_starts, start) - 1
+        if i >= 0 and end <= pieces[i].offset + len(pieces[i].data):
+            return i
         return None
 
+    wanted = _field_bytes(a_values, names)
+    found_at = _locate_all(a, wanted, a_values.hashes[0][:8].encode("ascii") if names else b"")
+    if found_at is None:
+        return None
     fields: dict[str, tuple[int, int, int]] = {}
     field_chunks: set[tuple[int, int, int]] = set()
-    for field, raw in _field_bytes(a_values, names).items():
-        found = _locate(a, raw)
-        if found is None:
-            return None
-        chunk = next((c for c in chunks if c.start <= found and found + len(raw) <= c.end), None)
+    for field, raw in wanted.items():
+        found = found_at[field]
+        chunk = chunk_of(found, found + len(raw))
         if chunk is None:
             return None
-        located = piece_of(chunk.start, chunk.end + 4)
-        if located is None:
+        index = piece_of(chunk.start, chunk.end + 4)
+        if index is None:
             return None
-        index, _ = located
         piece_start = pieces[index].offset
         fields[field] = (index, found - piece_start, len(raw))
         field_chunks.add((index, chunk.start - piece_start, chunk.end - piece_start))
     variables = tuple((n, arrays[n].dtype, tuple(arrays[n].shape)) for n in names)
     image = MetadataImage(variables, len(a), tuple(pieces), tuple(regions), fields,
                           tuple(sorted(field_chunks)))
+    if not self_check:
+        return image
     # Self-check: image A with B's values must be HDF5's image B, byte for byte (data
     # regions aside: those are the arrays').
     zeros = {n: np.zeros(arrays[n].shape, arrays[n].dtype) for n in names}
@@ -445,19 +447,26 @@ _cache_lock = threading.Lock()
 
 
 def image_for(values: RootValues, names: Sequence[str], arrays: Mapping[str, np.ndarray],
-              paths: Mapping[str, str]) -> MetadataImage | None:
+              paths: Mapping[str, str], self_check: bool = True) -> MetadataImage | None:
     """The (cached) image of this save's layout, building it on first use; None where
-    the layout is written by HDF5 (too large, or an image could not be verified)."""
+    the layout is written by HDF5 (too large, or an image could not be verified).
+    ``self_check``: as :func:`build` (False only for a caller that matches the image
+    against a file HDF5 wrote before using it)."""
     if len(names) > MAX_VARIABLES or sum(arrays[n].nbytes for n in names) > MAX_DATA_BYTES:
         return None
     key = layout_key(names, arrays, values.global_step is not None, values.writer,
                      values.metadata_json)
+    # An unchecked image is cached apart (the writer never uses one); a checked one
+    # serves both.
+    keys = [key] if self_check else [key, (*key, "unchecked")]
     with _cache_lock:
-        if key in _cache:
-            _cache.move_to_end(key)
-            return _cache[key]
+        for k in keys:
+            if k in _cache:
+                _cache.move_to_end(k)
+                return _cache[k]
+    key = keys[-1]
     try:
-        image = build(values, names, arrays, paths)
+        image = build(values, names, arrays, paths, self_check)
     except Exception as e:  # HDF5 refused something: the plain writer will say what
         logger.debug("No metadata image for this layout: %s", e)
         image = None
