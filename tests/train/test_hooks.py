@@ -386,3 +386,24 @@ def test_async_after_save_is_called_once_the_checkpoint_is_on_disk(tmp_path, mon
             saver.close()
     assert lst.calls == [(s, True, True) for s in range(6)]
     assert hook.saves == 6 and hook.last_saved_step == 5 and hook.queued_paths == []
+
+
+def test_checkpoint_saver_hook_creates_its_directory_as_tf1(tmp_path):
+    # TF1's hook opens a summary writer on checkpoint_dir in begin(), which creates it; a
+    # user's MonitoredTrainingSession(hooks=[CheckpointSaverHook("ckpts", ...)]) relies on it.
+    ckpt_dir = tmp_path / "not" / "yet"
+    step = cs.train.get_or_create_global_step()
+    inc = step.assign_add(1)
+    hook = cs.train.CheckpointSaverHook(str(ckpt_dir), save_steps=1)
+    with cs.train.MonitoredSession(hooks=[hook]) as sess:
+        sess.run(inc)
+    assert cs.train.latest_checkpoint(str(ckpt_dir)) == str(ckpt_dir / "model.ckpt-1")
+
+
+def test_checkpoint_saver_hook_names_a_directory_it_cannot_create(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    cs.train.get_or_create_global_step()
+    hook = cs.train.CheckpointSaverHook(str(blocker / "ckpts"), save_steps=1)
+    with pytest.raises(RuntimeError, match="CheckpointSaverHook cannot create its checkpoint_dir"):
+        hook.begin()

@@ -138,6 +138,13 @@ class CheckpointSaverHook(SessionRunHook):
         self._global_step_tensor = get_global_step()
         if self._global_step_tensor is None:
             raise CkptsyncRuntimeError("Global step should be created to use CheckpointSaverHook.")
+        # As TF1, whose hook opens a summary writer on the directory here (creating it).
+        try:
+            os.makedirs(self._checkpoint_dir, exist_ok=True)
+        except OSError as e:
+            raise CkptsyncRuntimeError(
+                f"CheckpointSaverHook cannot create its checkpoint_dir "
+                f"{self._checkpoint_dir!r}: {e.strerror or e}.") from e
         for lst in self._listeners:
             lst.begin()
 
