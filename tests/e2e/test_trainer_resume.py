@@ -180,3 +180,22 @@ def test_missing_latest_file_falls_back_and_broken_state_file_refuses(tmp_path):
     r = _train(d, 10, "--no-resume")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout.splitlines()[-1])["restored_from"] is None
+
+
+def test_a_directory_written_by_another_model_names_the_way_out(tmp_path):
+    # A new user's walkthrough: the README's library example saved into the directory a
+    # trainer had used; the trainer's restart then failed with TF1's bare restore error.
+    ckpt_dir = tmp_path / "ckpts"
+    ckpt_dir.mkdir()
+    prefix = ckpt.write_checkpoint(str(ckpt_dir / "model.ckpt-1"),
+                                   {"dense0/w": np.zeros((64, 10), np.float32)}, global_step=1)
+    ckpt.update_checkpoint_state(str(ckpt_dir), prefix)
+    r = subprocess.run(cli("trainer", "run", "--model", MODEL, "--data", "digits",
+                           "--checkpoint-dir", str(ckpt_dir), "--steps", "5"),
+                       env=env(), capture_output=True, text=True, timeout=120,
+                       stdin=subprocess.DEVNULL)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "Key dense0/b not found in checkpoint" in r.stderr
+    assert (f"resuming from {prefix}: the checkpoints in {ckpt_dir} were written by a "
+            "different model; pass --no-resume") in r.stderr
+    assert "Traceback" not in r.stderr

@@ -22,9 +22,10 @@ from typing import Any
 import numpy as np
 
 from .. import checkpoint as ckpt
+from ..checkpoint.state import NotRegularFileError
 from ..data import BatchIterator, DataError, load_dataset
 from ..device import canonical_device
-from ..errors import CkptsyncValueError, OpError
+from ..errors import CkptsyncValueError, InvalidArgumentError, NotFoundError, OpError
 from ..graph import Graph, GraphKeys
 from ..model_spec import BUILD_NET_SIGNATURE, ModeKeys, ModelFileError, load_build_net
 from ..ops.random_ops import set_random_seed
@@ -131,7 +132,7 @@ def run_training(opts: TrainerOptions, on_progress: Callable[[Progress], None] |
         creator = ChiefSessionCreator(
             scaffold=scaffold, checkpoint_dir=opts.checkpoint_dir if resume_path else None,
             checkpoint_filename_with_path=resume_path)
-        with MonitoredSession(creator, hooks=hooks) as sess:
+        with _resumed_session(creator, hooks, resume_path, opts.checkpoint_dir) as sess:
             train_op = spec.train_op
             # A run restored at or past --steps trains no further (no extra step).
             while not sess.should_stop() and loop.start_step < opts.steps:
@@ -144,6 +145,22 @@ def run_training(opts: TrainerOptions, on_progress: Callable[[Progress], None] |
             last_checkpoint=saver_hook.last_saved_path, restored_from=creator.restored_from,
             stopped_by_signal=stop_event.is_set(), held_out_loss=loop.eval_loss,
             ranks=par.size, global_batch_size=par.global_batch_size(opts.batch_size))
+
+
+def _resumed_session(creator: ChiefSessionCreator, hooks: list[Any], resume_path: str | None,
+                     checkpoint_dir: str) -> MonitoredSession:
+    """The monitored session (restoring ``resume_path`` if any); a checkpoint that does not
+    fit the model (a missing variable, another shape or dtype: TF1's restore errors) says
+    which directory it came from and what to do."""
+    try:
+        return MonitoredSession(creator, hooks=hooks)
+    except (NotFoundError, InvalidArgumentError) as e:
+        if resume_path is None:
+            raise
+        raise type(e)(e.node_def, e.op, (
+            f"{e.message} -- resuming from {resume_path}: the checkpoints in {checkpoint_dir} "
+            "were written by a different model; pass --no-resume to train over them, or "
+            "use another --checkpoint-dir.")) from e
 
 
 def resume_point(checkpoint_dir: str) -> str | None:
@@ -161,6 +178,8 @@ def resume_point(checkpoint_dir: str) -> str | None:
     try:
         state = ckpt.get_checkpoint_state(checkpoint_dir)
         problem = None
+    except NotRegularFileError:
+        raise  # a FIFO or device as the state file: say so, never train over it
     except CkptsyncValueError as e:
         state, problem = None, str(e)
     if state is None:
