@@ -1,7 +1,7 @@
 """``infer``: serve a model whose parameters follow a training run's checkpoints.
 
     infer serve --model model.py --checkpoint-dir ckpts [--port 8501] [--port-file F]
-                [--poll] [--version N] [--gate gates.py:accuracy] [--admin-token T]
+                [--poll] [--pin-version N] [--gate gates.py:accuracy] [--admin-token T]
                 [--free-before-load] [--load-timeout-s S] [--max-load-attempts N]
 
 Exit codes: 0 after a clean shutdown (SIGTERM/SIGINT drain in-flight requests first),
@@ -82,9 +82,14 @@ def main() -> None:
 @option(
     "--allow-nonfinite", is_flag=True, help="Serve checkpoints holding NaN/Inf.")
 @option(
-    "--version", "pinned_version", type=click.IntRange(min=0), default=None,
+    "--pin-version", "pinned_version", type=click.IntRange(min=0), default=None,
     help="Serve only this version (global step) instead of the latest; "
     "POST :unpin returns to the latest.")
+@click.option(  # the old name of --pin-version, for one release: `infer --version` differs
+    "--version", "version", type=click.IntRange(min=0), default=None, hidden=True,
+    envvar="CKPTSYNC_VERSION",
+    deprecated="It is now --pin-version (infer --version prints the program's version); "
+    "--version N will be removed in the next release.")
 @option(
     "--gate", default=None, metavar="FILE:FUNC",
     help="FUNC(candidate) -> bool from FILE, called before a new version is served; "
@@ -135,6 +140,7 @@ def serve(
     max_batch_size: int,
     allow_nonfinite: bool,
     pinned_version: int | None,
+    version: int | None,
     gate: str | None,
     admin_token: str | None,
     free_before_load: bool,
@@ -156,6 +162,11 @@ def serve(
         raise click.BadParameter(
             f"{checkpoint_dir} exists and is not a directory", param_hint="'--checkpoint-dir'"
         )
+    if version is not None:
+        if pinned_version is not None and pinned_version != version:
+            raise click.UsageError(f"--version {version} (the deprecated name of "
+                                   f"--pin-version) contradicts --pin-version {pinned_version}")
+        pinned_version = version
     if admin_token is not None and not admin_token.strip():
         raise click.BadParameter("must not be empty", param_hint="'--admin-token'")
     # Imported here so `infer --help` stays fast.

@@ -247,7 +247,7 @@ def test_sigterm_drain_is_bounded(tmp_path, model_file):
 
 
 @pytest.mark.slow
-def test_version_flag_admin_token_env_and_gate(tmp_path, model_file):
+def test_pin_version_flag_admin_token_env_and_gate(tmp_path, model_file):
     import os
 
     for step in (1, 2):
@@ -255,7 +255,7 @@ def test_version_flag_admin_token_env_and_gate(tmp_path, model_file):
     gate = tmp_path / "gates.py"
     gate.write_text("def below_5(candidate):\n    return candidate.version < 5\n")
     env = {**os.environ, "CKPTSYNC_ADMIN_TOKEN": "tok"}
-    proc, port = start_server(tmp_path, model_file, "--version", "1", "--gate",
+    proc, port = start_server(tmp_path, model_file, "--pin-version", "1", "--gate",
                               f"{gate}:below_5", env=env)
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:

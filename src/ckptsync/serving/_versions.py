@@ -76,6 +76,7 @@ class VersionRecord:
             given up until its file changes).
         file_sig: (inode, size, mtime_ns) of the file that failed, or None.
         finished_seq: the book's load counter when its last load ended.
+        mismatch: its last failure was variables not matching the model's.
     """
 
     version: int
@@ -87,6 +88,7 @@ class VersionRecord:
     retry_at_s: float = 0.0
     file_sig: tuple[int, int, int] | None = None
     finished_seq: int = 0
+    mismatch: bool = False
 
 
 class VersionBook:
@@ -197,6 +199,14 @@ class VersionBook:
             if rec is not None and rec.finished_seq > seq and rec.error_code:
                 return rec.error_message
             return None
+
+    def mismatch_error(self) -> str | None:
+        """The error of the last load to fail if it failed because the checkpoint's
+        variables do not match the model's, else None."""
+        with self.cond:
+            failed = [r for r in self._records.values() if r.error_code]
+            last = max(failed, key=lambda r: r.finished_seq, default=None)
+            return last.error_message if last is not None and last.mismatch else None
 
     def last_error(self) -> str | None:
         """The error message of the most recently created record that has one, or None."""
@@ -313,12 +323,15 @@ class VersionBook:
         message: str,
         vanished: bool = False,
         rejected: bool = False,
+        mismatch: bool = False,
     ) -> None:
         """Records a failed (or, ``rejected``, gate-refused) load of ``rec`` and when to
         retry it: soon if its file ``vanished``, when the file changes if rejected or after
-        ``max_load_attempts``, else after an exponential backoff."""
+        ``max_load_attempts``, else after an exponential backoff. ``mismatch``: it failed
+        because its variables do not match the model's (see :meth:`mismatch_error`)."""
         opts = self._options
         with self.cond:
+            rec.mismatch = mismatch
             if self._stuck:  # the watchdog already reported this load and counted it
                 self._stats.reloads_failed -= 1
             rec.state, rec.error_code, rec.error_message = VersionState.END, code, message

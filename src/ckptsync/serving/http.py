@@ -296,7 +296,8 @@ class RestApi:
                 400, f'"timeout_s" must be a number in (0, 600], got {short(timeout_s)}'
             )
         try:
-            snap = await run_in_threadpool(self.manager.pin, version, float(timeout_s))
+            snap = await run_in_threadpool(self.manager.pin, version, float(timeout_s),
+                                           _requested_by(request))
         except errors.FailedPreconditionError as e:
             raise HttpError(409, e.message) from None
         return json_response({"policy": "pinned", "pinned_version": version, "model_version": snap.version})
@@ -304,7 +305,7 @@ class RestApi:
     async def unpin(self, request: Request) -> Response:
         self._authorize(request)
         self._check_model(request)
-        self.manager.unpin()
+        self.manager.unpin(_requested_by(request))
         return json_response({"policy": "latest", "model_version": self.manager.version})
 
     async def healthz(self, request: Request) -> Response:
@@ -331,7 +332,7 @@ class RestApi:
         version = self.manager.version
         if version is not None:
             return json_response({"status": "ready", "model_version": version})
-        return error_response(503, f"no version loaded yet from {self.manager.source_dir}")
+        return error_response(503, self.manager.not_ready_reason())
 
     async def metrics(self, request: Request) -> Response:
         return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
@@ -371,6 +372,12 @@ class ServingApp(Starlette):
                        (b"content-length", str(len(DRAIN_CUT_BODY)).encode())]
             await send({"type": "http.response.start", "status": 503, "headers": headers})
             await send({"type": "http.response.body", "body": DRAIN_CUT_BODY})
+
+
+def _requested_by(request: Request) -> str:
+    """Who asked for an admin action, for the log: the route and the client's address."""
+    client = request.client.host if request.client else "an unknown client"
+    return f"{request.method} {request.url.path} from {client}"
 
 
 def create_app(

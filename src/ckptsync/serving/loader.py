@@ -19,6 +19,7 @@ import time
 import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -27,7 +28,9 @@ from ..errors import DataLossError, InvalidArgumentError, NotFoundError, OpError
 from .servable import Servable
 from .source import parse_version
 
-__all__ = ["Snapshot", "load_snapshot"]
+__all__ = ["Snapshot", "is_model_mismatch", "load_snapshot"]
+
+_LIST_MAX = 8  # names shown of a list in a mismatch message; the rest are counted
 
 
 @dataclass(frozen=True, eq=False)
@@ -86,6 +89,8 @@ def load_snapshot(
         DataLossError: the file is corrupt or a checksum does not match.
         InvalidArgumentError: a variable's shape or dtype differs from the graph's, or it
             holds NaN/Inf. Every message names the file and, where it applies, the variable.
+            Missing variables and shape or dtype differences are reported all at once,
+            in one line naming both sides' variables (:func:`is_model_mismatch`).
     """
     path = prefix + ".h5"
     specs = servable.variable_specs
@@ -96,6 +101,13 @@ def load_snapshot(
             arrays = ckpt.read_checkpoint(prefix, names=list(specs), verify=True)
         else:
             arrays = read(prefix, list(specs))
+    except NotFoundError as e:
+        missing = _missing_names(prefix, specs) if os.path.isfile(path) else None
+        if missing:  # the file is there but lacks variables the model needs
+            raise _mismatch(NotFoundError, prefix, specs, missing, []) from e
+        if path in e.message:
+            raise
+        raise NotFoundError(None, None, f"{path}: {e.message}") from e
     except OpError as e:
         if path in e.message:
             raise
@@ -105,25 +117,15 @@ def load_snapshot(
             raise NotFoundError(None, None, f"checkpoint file {path} does not exist") from e
         raise DataLossError(None, None, f"cannot read checkpoint {path}: {e}") from e
 
+    missing = [name for name in specs if name not in arrays]
+    wrong = [_wrong_spec(name, np.asarray(arrays[name]), spec)
+             for name, spec in specs.items() if name in arrays]
+    if missing or any(wrong):
+        cls = NotFoundError if missing else InvalidArgumentError
+        raise _mismatch(cls, prefix, specs, missing, [w for w in wrong if w])
     params: dict[str, np.ndarray] = {}
-    for name, spec in specs.items():
-        if name not in arrays:
-            raise NotFoundError(None, None, f"{path}: variable '{name}' not found in checkpoint")
+    for name in specs:
         arr = np.asarray(arrays[name])
-        if arr.dtype != spec.dtype:
-            raise InvalidArgumentError(
-                None,
-                None,
-                f"{path}: variable '{name}' has dtype {arr.dtype.name}, "
-                f"the graph expects {spec.dtype.name}",
-            )
-        if not spec.is_compatible_with(arr.shape):
-            raise InvalidArgumentError(
-                None,
-                None,
-                f"{path}: variable '{name}' has shape {list(arr.shape)}, "
-                f"the graph expects {spec.shape_str()}",
-            )
         if not allow_nonfinite and arr.dtype.kind in "fc":
             bad = arr.size - int(np.count_nonzero(np.isfinite(arr)))
             if bad:
@@ -151,3 +153,65 @@ def load_snapshot(
         load_duration_s=time.perf_counter() - start,
         created_unix_s=created_unix_s,
     )
+
+
+def is_model_mismatch(error: BaseException) -> bool:
+    """True for a :func:`load_snapshot` error saying the checkpoint's variables do not
+    match the model's (missing, or of another shape or dtype), as opposed to a damaged
+    or vanished file."""
+    return bool(getattr(error, "model_mismatch", False))
+
+
+def _wrong_spec(name: str, arr: np.ndarray, spec: Any) -> str:
+    """Why ``arr`` cannot be ``name`` of the model ("" when it can)."""
+    if arr.dtype != spec.dtype:
+        return (f"variable '{name}' has dtype {arr.dtype.name}, the graph expects "
+                f"{spec.dtype.name}")
+    if not spec.is_compatible_with(arr.shape):
+        return (f"variable '{name}' has shape {list(arr.shape)}, the graph expects "
+                f"{spec.shape_str()}")
+    return ""
+
+
+def _missing_names(prefix: str, specs: Mapping[str, Any]) -> list[str]:
+    """The model's variables that checkpoint ``prefix`` lacks ([] if it cannot tell)."""
+    try:
+        with ckpt.CheckpointReader(prefix) as reader:
+            present = reader.get_variable_to_shape_map()
+    except Exception:  # damaged or gone meanwhile: the original error stands
+        return []
+    return [name for name in specs if name not in present]
+
+
+def _names(names: list[str]) -> str:
+    """``[a, b, c, … (12 more)]``: a list of names, trimmed."""
+    shown = ", ".join(names[:_LIST_MAX])
+    more = f", … ({len(names) - _LIST_MAX} more)" if len(names) > _LIST_MAX else ""
+    return f"[{shown}{more}]"
+
+
+def _mismatch(cls: type[OpError], prefix: str, specs: Mapping[str, Any],
+              missing: list[str], wrong: list[str]) -> OpError:
+    """One line naming both sides' variables: "checkpoint P.h5 has variables [a, b] but
+    the model needs [a, c]: missing c", then any shape or dtype differences."""
+    path = prefix + ".h5"
+    parts = []
+    if missing:
+        try:
+            with ckpt.CheckpointReader(prefix) as reader:
+                present = sorted(reader.get_variable_to_shape_map())
+            has = f"has variables {_names(present)}"
+        except Exception:  # gone meanwhile: say what is known
+            has = "lacks variables"
+        parts.append(f"checkpoint {path} {has} but the model needs "
+                     f"{_names(sorted(specs))}: missing {', '.join(missing[:_LIST_MAX])}"
+                     + (f" and {len(missing) - _LIST_MAX} more" if len(missing) > _LIST_MAX
+                        else ""))
+    if wrong:
+        shown = "; ".join(wrong[:_LIST_MAX]) + (
+            f"; and {len(wrong) - _LIST_MAX} more" if len(wrong) > _LIST_MAX else "")
+        parts.append(shown if missing else f"checkpoint {path} does not match the model: "
+                     f"{shown}")
+    error = cls(None, None, "; ".join(parts))
+    error.model_mismatch = True  # type: ignore[attr-defined]
+    return error

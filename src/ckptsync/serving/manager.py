@@ -12,11 +12,10 @@ Who calls what::
 A request takes the snapshot once and finishes on it, so no response mixes two versions;
 the old snapshot is freed when its last request drops it (its state goes UNLOADING -> END).
 A version that fails to load or verify, or that the optional gate refuses, never replaces
-the one being served: its status records the error (state END, TF error code and message)
-and it is retried with exponential backoff, ``max_load_attempts`` times in all; after that
-it is retried only once its file changes. With nothing served yet, the latest policy falls
-back to the newest older checkpoint that loads. A checkpoint whose file vanished
-(retention) makes the manager rescan and go to the newest one.
+the one being served: its status records the error and it is retried with backoff,
+``max_load_attempts`` times, then only once its file changes. Only with nothing served
+does the latest policy fall back to an older checkpoint. A vanished file (retention)
+makes the manager rescan.
 
 Memory: at most two snapshots are resident, old + new: before loading, the load thread
 waits (up to ``unload_wait_s``) for the previous old snapshot's last request to end.
@@ -30,11 +29,10 @@ answers 503 so an orchestrator restarts the process); the last good version keep
 Thread-safety: every public method may be called from any thread. ``acquire`` takes no
 lock (one attribute read).
 
-Composition (TF Serving's nouns): the manager owns a :class:`~.source.CheckpointSource`
-(or its process twin), an optional checkpoint reader process, one load thread that calls
-:func:`~.loader.load_snapshot`, and a :class:`~._versions.VersionBook` (records, status,
-retries, the swap, retirement, the watchdog) that it calls through the book's methods.
-Its options are one frozen :class:`~.options.ManagerOptions`.
+Composition: a :class:`~.source.CheckpointSource` (or its process twin), an optional
+reader process, one load thread calling :func:`~.loader.load_snapshot`, a
+:class:`~._versions.VersionBook` (records, retries, swap, watchdog), :mod:`._notices` (what
+it tells people), one frozen :class:`~.options.ManagerOptions`.
 
 Example:
     >>> with ModelManager(servable, "ckpts") as manager:  # doctest: +SKIP
@@ -61,10 +59,11 @@ from ..errors import (
     UnavailableError,
 )
 from ..workers import CheckpointReadProcess
+from . import _notices as notices
 from ._source_process import ProcessCheckpointSource
 from ._versions import ManagerStats, VersionBook, VersionRecord, VersionState
 from .gate import Candidate, run_gate
-from .loader import Snapshot, load_snapshot
+from .loader import Snapshot, is_model_mismatch, load_snapshot
 from .options import ManagerOptions, apply_overrides
 from .policy import VersionPolicy
 from .servable import Servable
@@ -123,6 +122,7 @@ class ModelManager:
         self._book = VersionBook(options)
         self._cond = self._book.cond  # guards _policy and _listing too; swaps notify it
         self._listing = AspiredVersions(None, ())
+        self._pin_watch = notices.PinnedFileWatch()
         self._thread: threading.Thread | None = None
         self._reader: CheckpointReadProcess | None = None
         source_cls = ProcessCheckpointSource if options.watch_in_subprocess else CheckpointSource
@@ -183,27 +183,19 @@ class ModelManager:
             version: a specific version, or None for the one being served.
 
         Raises:
-            UnavailableError: nothing is loaded yet (``version`` None).
+            UnavailableError: nothing is loaded yet (``version`` None); the message is
+                :meth:`not_ready_reason`.
             NotFoundError: ``version`` is not the one being served.
         """
         snap = self._book.current  # one read: the whole request uses this snapshot
         if version is None:
             if snap is None:
-                pinned = self._policy.pinned
-                waiting = ("a checkpoint" if pinned is None
-                           else f"version {pinned} (the server is pinned to it)")
-                raise UnavailableError(
-                    None,
-                    None,
-                    f"no version of the model is loaded yet; waiting for {waiting} in "
-                    f"{self.source_dir}",
-                )
+                raise UnavailableError(None, None, self.not_ready_reason())
             return snap
         if snap is None or snap.version != version:
             serving = "nothing" if snap is None else f"version {snap.version}"
-            raise NotFoundError(
-                None, None, f"version {version} is not being served (serving {serving})"
-            )
+            raise NotFoundError(None, None,
+                                f"version {version} is not being served (serving {serving})")
         return snap
 
     @property
@@ -227,6 +219,13 @@ class ModelManager:
         """True once a version is AVAILABLE (stays True during a swap)."""
         return self._book.current is not None
 
+    def not_ready_reason(self) -> str:
+        """Why no version is served, one line (for the 503 of predict and ``/readyz``):
+        the model does not match the checkpoints (the last load failed on missing or
+        mismatched variables, naming both sides'), or what the server waits for."""
+        mismatch = self._book.mismatch_error() if self._book.current is None else None
+        return notices.not_loaded_message(self.source_dir, self._policy.pinned, mismatch)
+
     @property
     def alive(self) -> bool:
         """True while the load thread runs (and is not stuck) and the source is alive."""
@@ -244,10 +243,18 @@ class ModelManager:
         Each entry: ``{"version": "1200", "state": "AVAILABLE", "status": {"error_code":
         "OK", "error_message": ""}}``.
 
+        A pinned version served from memory after its file was deleted says so in its
+        ``error_message`` (code ``OK``; logged once).
+
         Raises:
             NotFoundError: ``version`` was given and the manager has no record of it.
         """
-        return self._book.status(version)
+        entries = self._book.status(version)
+        gone = self._pin_watch.check(self._book.current, self._policy.pinned)
+        for entry in entries:
+            if gone and entry["state"] == "AVAILABLE" and not entry["status"]["error_message"]:
+                entry["status"]["error_message"] = gone
+        return entries
 
     def health(self) -> dict[str, Any]:
         """Liveness of the watcher and the loader, for ``/healthz`` and metrics.
@@ -255,14 +262,17 @@ class ModelManager:
         Returns:
             ``{"watcher": {"alive", "mode" ("events"|"poll"), "restarts", "state_error"},
             "loader": {"alive", "loading_version", "loading_for_s", "stuck",
-            "reader_restarts"}}`` (``reader_restarts``: checkpoint reader processes
-            replaced after dying; a dead idle one is replaced by this call).
+            "reader_restarts"}, "pinned": None or {"version", "file_missing", "warning"}}``
+            (``reader_restarts``: checkpoint reader processes replaced after dying; a dead
+            idle one is replaced by this call).
         """
         loading_version, loading_for_s, stuck = self._book.loading()
         reader = self._reader
         if reader is not None:
             reader.check()
         thread_alive = bool(self._thread and self._thread.is_alive())
+        pinned = self._policy.pinned
+        gone = self._pin_watch.check(self._book.current, pinned)
         return {
             "watcher": {
                 "alive": self._source.alive,
@@ -277,6 +287,8 @@ class ModelManager:
                 "stuck": stuck,
                 "reader_restarts": 0 if reader is None else reader.restarts,
             },
+            "pinned": None if pinned is None else {
+                "version": pinned, "file_missing": gone is not None, "warning": gone},
         }
 
     @property
@@ -284,20 +296,25 @@ class ModelManager:
         """The version policy in force."""
         return self._policy
 
-    def set_policy(self, policy: str | int | VersionPolicy) -> None:
+    def set_policy(self, policy: str | int | VersionPolicy,
+                   requested_by: str | None = None) -> None:
         """Changes the version policy (pin to roll back; ``"latest"`` to unpin); returns at
-        once, the load thread acts on it."""
+        once, the load thread acts on it. ``requested_by`` (an admin route) is logged."""
+        new = VersionPolicy.parse(policy)
         with self._cond:
-            self._policy = VersionPolicy.parse(policy)
+            old, self._policy = self._policy, new
             self._cond.notify_all()
+        notices.log_policy_change(old, new, requested_by, self.version)
 
-    def pin(self, version: int, timeout_s: float = 10.0) -> Snapshot:
+    def pin(self, version: int, timeout_s: float = 10.0,
+            requested_by: str | None = None) -> Snapshot:
         """Pins ``version`` and waits until it is served (a rollback).
 
         Args:
             version: the global step to serve; it must be named by the state file or be a
                 finished ``*-<version>.h5`` in the directory.
             timeout_s: how long to wait for the load, seconds.
+            requested_by: who asks (an admin route), for the log.
 
         Returns:
             The snapshot of ``version``, now being served.
@@ -321,6 +338,7 @@ class ModelManager:
                     f"not name it and there is no finished *-{version}.h5 there",
                 )
             previous, self._policy = self._policy, policy
+            notices.log_policy_change(previous, policy, requested_by, self.version)
             book.reset_retries(version)  # an explicit request: try it now
             seq0 = book.seq
             self._cond.notify_all()
@@ -338,14 +356,14 @@ class ModelManager:
                         None,
                         None,
                         f"cannot pin version {version}: {error}; the policy stays "
-                        f"{_describe(previous)}",
+                        f"{notices.describe(previous)}",
                     )
                 if self._policy != policy:  # a later pin or unpin replaced this one
                     raise FailedPreconditionError(
                         None,
                         None,
                         f"the pin of version {version} was overtaken by a later change of "
-                        f"policy; the policy is now {_describe(self._policy)}",
+                        f"policy; the policy is now {notices.describe(self._policy)}",
                     )
                 left = deadline - time.monotonic()
                 if left <= 0 or book.closed:
@@ -357,9 +375,10 @@ class ModelManager:
                     )
                 self._cond.wait(left)
 
-    def unpin(self) -> None:
-        """Returns to the latest policy (the load thread moves to the newest version)."""
-        self.set_policy("latest")
+    def unpin(self, requested_by: str | None = None) -> None:
+        """Returns to the latest policy (the load thread moves to the newest version);
+        ``requested_by`` (an admin route) is logged."""
+        self.set_policy("latest", requested_by)
 
     def wait_for_version(self, step: int, timeout_s: float) -> Snapshot:
         """Blocks until a version >= ``step`` is served; returns its snapshot.
@@ -384,10 +403,8 @@ class ModelManager:
             error = book.last_error()
         last = f"; last error: {error}" if error else ""
         raise DeadlineExceededError(
-            None,
-            None,
-            f"no version >= {step} was served within {timeout_s} s (serving {served}){last}",
-        )
+            None, None,
+            f"no version >= {step} was served within {timeout_s} s (serving {served}){last}")
 
     def rescan(self) -> None:
         """Re-reads the state file now (normally the source does this on its own)."""
@@ -398,6 +415,7 @@ class ModelManager:
         with self._cond:
             self._listing = listing
             self._cond.notify_all()
+        self._pin_watch.check(self._book.current, self._policy.pinned)  # retention?
 
     def _load_loop(self) -> None:
         book = self._book
@@ -442,7 +460,7 @@ class ModelManager:
         except Exception as e:
             code = e.error_code if isinstance(e, OpError) else UNKNOWN
             vanished = isinstance(e, NotFoundError) and not os.path.exists(target.prefix + ".h5")
-            book.failed(rec, code, str(e), vanished)
+            book.failed(rec, code, str(e), vanished, mismatch=is_model_mismatch(e))
             if vanished:
                 logger.warning("%s vanished before it was read; rescanning", target.prefix)
                 self._source.rescan()
@@ -464,21 +482,8 @@ class ModelManager:
                          and previous is not None and snap.version < previous)
         if not swapped:
             return
-        logger.info(
-            "serving version %d (%.1f ms load, %d bytes)",
-            snap.version,
-            snap.load_duration_s * 1e3,
-            snap.nbytes,
-        )
-        if went_back:
-            # The state file is the source of truth (TF1's latest_checkpoint), so the
-            # latest can go back: a trainer restarted without resuming, a restored backup.
-            logger.warning(
-                "serving version %d, older than version %d which it replaces: the state "
-                "file now names it as the latest (a trainer started over without resuming, "
-                "or the directory was rolled back); pin a version to serve another one",
-                snap.version, previous)
+        logger.info("serving version %d (%.1f ms load, %d bytes)", snap.version,
+                    snap.load_duration_s * 1e3, snap.nbytes)
+        if went_back and previous is not None:
+            logger.warning("%s", notices.went_back_message(snap.version, previous))
 
-
-def _describe(policy: VersionPolicy) -> str:
-    return "latest" if policy.pinned is None else f"pinned to version {policy.pinned}"

@@ -18,7 +18,9 @@ another directory arrives as one); the polling observer, which sees no closes, a
 modified too. Opens and read-only closes are never watched (the server's own reads
 would wake it). A
 checkpoint counts once the state file names it and its ``.h5`` exists. The version is the
-``-<step>`` suffix of the prefix; prefixes without one are skipped with a warning.
+``-<step>`` suffix of the prefix; for a prefix without one (``saver.save(sess,
+"ckpts/model.ckpt")``, rewritten in place), the step recorded in the file, else a number
+that grows with each file published there (:mod:`._stepless`).
 
 Thread-safety: the callback runs on the watchdog thread or the rescan thread, one call at a
 time and in order; it must be quick (store and signal). :meth:`rescan` may be called from
@@ -52,6 +54,7 @@ from watchdog.observers import Observer
 from watchdog.observers.polling import PollingObserver
 
 from ..checkpoint.state import read_checkpoint_state
+from ._stepless import StepLessVersions
 
 __all__ = ["AspiredVersion", "AspiredVersions", "CheckpointSource", "parse_version"]
 
@@ -126,7 +129,7 @@ class CheckpointSource:
         #: The last state-file problem (unreadable, unparsable, an entry outside the
         #: directory), or None once the state file reads again. Shown in ``/healthz``.
         self.state_error: str | None = None
-        self._warned: set[str] = set()  # prefixes without a -<step> suffix, logged once
+        self._stepless = StepLessVersions()  # versions of prefixes without -<step>
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -213,15 +216,12 @@ class CheckpointSource:
         by_version: dict[int, AspiredVersion] = {}
         for prefix in paths:
             version = parse_version(prefix)
-            if version is None:
-                if prefix not in self._warned:  # once per name, not per rescan
-                    if len(self._warned) > 1024:
-                        self._warned.clear()
-                    self._warned.add(prefix)
-                    logger.warning("skipping checkpoint %s: its name has no -<step> suffix",
-                                   prefix)
+            if version is None:  # saved without a step: its recorded step, or a new number
+                version = self._stepless.version(prefix)  # per file (see _stepless)
+                if version is not None:
+                    by_version[version] = AspiredVersion(version, prefix)
                 continue
-            if os.path.exists(prefix + ".h5"):
+            if os.path.isfile(prefix + ".h5"):  # a regular file (a FIFO is never offered)
                 by_version[version] = AspiredVersion(version, prefix)
         available = tuple(by_version[v] for v in sorted(by_version))
         latest = next(
