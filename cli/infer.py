@@ -117,6 +117,15 @@ def main() -> None:
     help="On SIGTERM, wait this long for in-flight requests.",
 )
 @option(
+    "--idle-timeout-s", type=click.FloatRange(min=0, min_open=True), default=10.0,
+    show_default=True,
+    help="Close a connection that has waited this long for a request's headers (never "
+    "sent a byte, idle between requests, or sending its headers slowly).")
+@option(
+    "--max-connections", type=click.IntRange(min=1), default=2048, show_default=True,
+    help="Most open connections: one more closes the longest-idle one; when all are busy "
+    "it is answered only for /healthz and /readyz (503 otherwise).")
+@option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
     default="info",
@@ -147,6 +156,8 @@ def serve(
     load_timeout_s: float,
     max_load_attempts: int,
     drain_timeout_s: int,
+    idle_timeout_s: float,
+    max_connections: int,
     log_level: str,
     intra_op_threads: int,
 ) -> None:
@@ -199,6 +210,8 @@ def serve(
             max_request_bytes=max_request_bytes,
             max_batch_size=max_batch_size,
             admin_token=admin_token,
+            idle_timeout_s=idle_timeout_s,
+            max_connections=max_connections,
         )
     except (TypeError, ValueError) as e:  # the flags' types and ranges make this rare
         raise click.UsageError(str(e)) from None
@@ -213,6 +226,11 @@ def serve(
     # (with 0.5 ms a publish reached the first request ~0.5 ms later).
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     import uvicorn  # here so `infer --help` stays fast
+
+    from ckptsync.serving.connections import (  # imports uvicorn: here for a fast --help
+        fit_to_fd_limit,
+        limited_protocol,
+    )
 
     try:
         servable = GraphServable.from_model_file(model_file, device)
@@ -236,6 +254,10 @@ def serve(
         access_log=False,
         lifespan="on",
         timeout_graceful_shutdown=drain_timeout_s,
+        # The idle timeout and the connection cap (uvicorn's limit_concurrency would
+        # answer 503 to /healthz too).
+        http=limited_protocol(http_options.idle_timeout_s,
+                              fit_to_fd_limit(max_connections)),
     )
     server = uvicorn.Server(config)
     bound_port = sock.getsockname()[1]

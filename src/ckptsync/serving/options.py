@@ -2,7 +2,8 @@
 
 :class:`ManagerOptions` configures a :class:`~.manager.ModelManager` (watching, loading,
 retries, memory, the watchdog); :class:`HttpOptions` configures the REST app of
-:func:`~.http.create_app` (body cap, batch cap, where the forward runs, admin token).
+:func:`~.http.create_app` (body cap, batch cap, where the forward runs, admin token) and
+the connection bounds ``infer serve`` gives its server (idle timeout, connection cap).
 ``infer serve`` builds both from its flags. ``ModelManager(..., retry_max_s=5)`` and
 ``create_app(..., max_batch_size=64)`` still take each field as a keyword and build the
 options from them.
@@ -151,6 +152,14 @@ class HttpOptions:
             thread pool, bytes; >= 0.
         admin_token: enables ``:pin`` / ``:unpin`` for requests bearing this token; None
             answers them 404. Must not be blank.
+        idle_timeout_s: a connection waiting for a request's headers (never sent a byte,
+            idle between keep-alive requests, or sending its headers slowly) is closed after
+            this long, seconds; > 0, or None: never. Applied by ``infer serve``'s server
+            (:func:`~.connections.limited_protocol`), not by the app.
+        max_connections: most open connections; one more closes the connection that has
+            waited longest for a request, or, when all are busy, is answered only for
+            ``/healthz`` and ``/readyz`` (503 otherwise); >= 1, or None: no cap. Applied by
+            ``infer serve``'s server, like ``idle_timeout_s``.
 
     Raises:
         CkptsyncTypeError: a field of the wrong type (also a ``TypeError``).
@@ -164,8 +173,12 @@ class HttpOptions:
     max_batch_size: int = 4096
     inline_max_body_bytes: int = 64 * 2**10
     admin_token: str | None = None
+    idle_timeout_s: float | None = 10.0
+    max_connections: int | None = 2048
 
     def __post_init__(self) -> None:
+        _check_number(self, "idle_timeout_s", low=0, strict=True, optional=True)
+        _check_number(self, "max_connections", low=1, strict=False, integer=True, optional=True)
         _check_number(self, "max_request_bytes", low=0, strict=True, integer=True)
         _check_number(self, "max_batch_size", low=0, strict=True, integer=True)
         _check_number(self, "inline_max_body_bytes", low=0, strict=False, integer=True)
@@ -188,7 +201,8 @@ class HttpOptions:
         token = None if self.admin_token is None else "***"
         return (f"HttpOptions(max_request_bytes={self.max_request_bytes}, "
                 f"max_batch_size={self.max_batch_size}, "
-                f"inline_max_body_bytes={self.inline_max_body_bytes}, admin_token={token})")
+                f"inline_max_body_bytes={self.inline_max_body_bytes}, admin_token={token}, "
+                f"idle_timeout_s={self.idle_timeout_s}, max_connections={self.max_connections})")
 
 
 def apply_overrides(cls: type[_O], options: _O | None, overrides: dict[str, Any],
