@@ -131,7 +131,7 @@ def _minmax_grad_kernel(g: np.ndarray, x: np.ndarray, y: np.ndarray, *, is_max: 
 
 def add(x: Any, y: Any, name: str | None = None) -> Tensor:
     """``x + y`` with broadcasting, as ``tf.add``."""
-    return _binary("AddV2", x, y, name)
+    return _binary("AddV2", x, y, name or "Add")  # TF1's default name, not the type
 
 
 def subtract(x: Any, y: Any, name: str | None = None) -> Tensor:
@@ -150,7 +150,7 @@ def divide(x: Any, y: Any, name: str | None = None) -> Tensor:
     if a.dtype.is_integer:
         a = cast(a, _dtypes.float64)
         b = cast(b, _dtypes.float64)
-    return _binary("RealDiv", a, b, name)
+    return _binary("RealDiv", a, b, name or "truediv")
 
 
 def maximum(x: Any, y: Any, name: str | None = None) -> Tensor:
@@ -348,7 +348,8 @@ def _grad_max(op: Any, g: Tensor) -> list[Any]:
 
 @register("Sum", grad=_grad_reduce)
 def _sum_kernel(x: np.ndarray, *, axis: Any, keepdims: bool) -> np.ndarray:
-    return np.asarray(np.sum(x, axis=axis, keepdims=keepdims))
+    # In the input's dtype, as TF (numpy would widen int32 to int64).
+    return np.asarray(np.sum(x, axis=axis, keepdims=keepdims, dtype=x.dtype))
 
 
 @register("Mean", grad=_grad_reduce)
@@ -477,13 +478,18 @@ def cast(x: Any, dtype: Any, name: str | None = None) -> Tensor:
 
 # --------------------------------------------------------------------- Tensor operators
 def _install_operators() -> None:
-    """``a + b`` on tensors adds an ``AddV2`` op, and so on (TF's math_ops does the same)."""
+    """``a + b`` on tensors adds an ``AddV2`` op named ``add``, and so on (TF's math_ops
+    does the same: an operator's op is named after the operator, ``add``, ``sub``, ``mul``,
+    ``truediv``, ``pow``; ``tf.add`` names its op ``Add``)."""
     binary: dict[str, Callable[..., Tensor]] = {
         "add": add, "sub": subtract, "mul": multiply, "truediv": divide, "matmul": matmul,
         "pow": pow}
     for name, fn in binary.items():
-        Tensor.override_operator(f"__{name}__", fn)
-        Tensor.override_operator(f"__r{name}__", lambda y, x, fn=fn: fn(x, y))
+        default = None if name == "matmul" else name
+        Tensor.override_operator(
+            f"__{name}__", lambda x, y, fn=fn, default=default: fn(x, y, name=default))
+        Tensor.override_operator(
+            f"__r{name}__", lambda y, x, fn=fn, default=default: fn(x, y, name=default))
     plain: dict[str, Callable[..., Tensor]] = {
         "lt": less, "le": less_equal, "gt": greater, "ge": greater_equal, "neg": negative,
         "abs": abs}
