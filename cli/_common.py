@@ -32,7 +32,16 @@ class CommandError(click.ClickException):
 
 
 class OneLineErrorGroup(click.Group):
-    """A click group that reports any click error as one line on stderr."""
+    """A click group that reports any click error as one line on stderr, and refuses an
+    argument holding a NUL byte (no path can; the OS would raise deep inside) as a usage
+    error."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        bad = next((a for a in args if "\0" in a), None)
+        if bad is not None:
+            raise click.UsageError(f"argument {bad!r} holds a NUL byte; no path or value "
+                                   f"can.", ctx)
+        return super().parse_args(ctx, args)
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         kwargs["standalone_mode"] = False

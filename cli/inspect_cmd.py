@@ -60,6 +60,8 @@ def inspect(prefix_or_dir: str, tensor: str | None, all_tensors: bool, verify: b
         fail("--tensor and --all-tensors are mutually exclusive; pass one.", EXIT_USAGE)
     if not prefix_or_dir:
         fail("PREFIX_OR_DIR must not be empty.", EXIT_USAGE)
+    if "\0" in prefix_or_dir:
+        fail(f"PREFIX_OR_DIR {prefix_or_dir!r} holds a NUL byte; no path can.", EXIT_USAGE)
     prefix = _resolve(prefix_or_dir)
     try:
         with CheckpointReader(prefix) as reader:

@@ -11,7 +11,9 @@ last_preserved_timestamp: 1699999990.0
 
 Written atomically (temp, fsync, rename, fsync dir) by :func:`update_checkpoint_state`;
 read by :func:`get_checkpoint_state`, which refuses any entry resolving outside the
-directory, so a state file can never point readers at arbitrary files.
+directory (the prefix or its ``.h5``, symlinks followed) or holding a NUL byte, so a state
+file can never point readers at arbitrary files; and which opens only a regular file,
+without blocking (a FIFO, device or directory in its place is refused, never waited on).
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ import logging
 import math
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 
 from ..errors import CkptsyncError, CkptsyncRuntimeError, CkptsyncValueError
 from ._atomic import publish
+from ._format import data_path
 
 __all__ = [
     "CheckpointState",
@@ -205,9 +209,42 @@ def _is_inside(path: str, directory: str, real_dir: str | None = None) -> bool:
 
 
 def _first_outside(paths: list[str], directory: str) -> str | None:
-    """The first of ``paths`` that does not resolve inside ``directory``, or None."""
+    """The first of ``paths`` that does not resolve inside ``directory`` (the prefix, or
+    its data file ``<prefix>.h5``: a symlink to a file elsewhere escapes too), or None."""
     real_dir = os.path.realpath(directory)
-    return next((p for p in paths if not _is_inside(p, directory, real_dir)), None)
+    return next((p for p in paths if not _is_inside(p, directory, real_dir)
+                 or not _is_inside(data_path(p), directory, real_dir)), None)
+
+
+def file_kind(mode: int) -> str:
+    """What a ``st_mode`` names, for an error message: ``"a FIFO (named pipe)"``."""
+    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def read_regular_file(path: str, max_bytes: int) -> bytes:
+    """Reads at most ``max_bytes`` of ``path`` if it is a regular file (symlinks followed),
+    never blocking on a FIFO or device: it is refused before it is opened (``stat``), and
+    the open itself is non-blocking and checked again (``fstat``: no swap in between).
+
+    Raises:
+        NotRegularFileError: ``path`` is a FIFO, device, directory or socket.
+        FileNotFoundError, OSError: as ``open``.
+    """
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise NotRegularFileError(path, file_kind(st.st_mode))
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+    fd = os.open(path, flags)
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFileError(path, file_kind(st.st_mode))
+        return fh.read(max_bytes)
 
 
 def _relative_to(save_dir: str, path: str, relative: bool) -> str:
@@ -350,6 +387,16 @@ class StateFileError(CkptsyncValueError):
     """The state file exists but cannot be read or parsed (the message names it)."""
 
 
+class NotRegularFileError(StateFileError):
+    """The state file is a FIFO, device, directory or socket: refused, never read (a read
+    could block forever). ``path`` and ``kind`` (e.g. ``"a FIFO (named pipe)"``)."""
+
+    def __init__(self, path: str, kind: str):
+        super().__init__(f"Checkpoint state {path} is {kind}, not a regular file; refusing "
+                         f"to read it (replace it with a regular file, or remove it).")
+        self.path, self.kind = path, kind
+
+
 def get_checkpoint_state(
     checkpoint_dir: str, latest_filename: str | None = None
 ) -> CheckpointState | None:
@@ -364,11 +411,16 @@ def get_checkpoint_state(
 
     Raises:
         CkptsyncValueError: "Invalid checkpoint state loaded from D" when the model path
-            is empty; or an entry resolving (after ``os.path.realpath``) outside
-            ``checkpoint_dir``, naming the entry and the directory.
+            is empty; an entry resolving (after ``os.path.realpath``) outside
+            ``checkpoint_dir``, or whose ``.h5`` does (a symlink to a file elsewhere), or
+            holding a NUL byte, naming the entry and the directory.
+        NotRegularFileError: (a CkptsyncValueError) the state file is a FIFO, device,
+            directory or socket; it is not opened for reading, so this never blocks.
     """
     try:
         return read_checkpoint_state(checkpoint_dir, latest_filename)
+    except NotRegularFileError:
+        raise  # a setup error, not a passing one: never read over silently
     except StateFileError as e:
         logger.warning("%s", e)
         return None
@@ -383,10 +435,14 @@ def read_checkpoint_state(
     checkpoint_dir = os.fspath(checkpoint_dir)
     path = _state_filename(checkpoint_dir, latest_filename)
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read(_MAX_STATE_BYTES + 1)
+        raw = read_regular_file(path, _MAX_STATE_BYTES + 1)
     except FileNotFoundError:
         return None
+    except (NotRegularFileError, ValueError):  # ValueError: a NUL byte in the path
+        if "\0" in path:
+            raise CkptsyncValueError(
+                f"The checkpoint directory {checkpoint_dir!r} contains a NUL byte.") from None
+        raise
     except OSError as e:
         raise StateFileError(f"Could not read checkpoint state {path}: {e}") from e
     try:
@@ -397,6 +453,11 @@ def read_checkpoint_state(
         raise StateFileError(f"Unparsable checkpoint state {path}: {e}") from e
     if not state.model_checkpoint_path:
         raise CkptsyncValueError(f"Invalid checkpoint state loaded from {checkpoint_dir}")
+    entry = next((p for p in [state.model_checkpoint_path, *state.all_model_checkpoint_paths]
+                  if "\0" in p), None)
+    if entry is not None:
+        raise CkptsyncValueError(
+            f"Checkpoint state {path} names {entry!r}, which holds a NUL byte; refusing it.")
     entry = _first_outside([state.model_checkpoint_path, *state.all_model_checkpoint_paths],
                            checkpoint_dir)
     if entry is not None:
