@@ -301,3 +301,91 @@ def mismatched_matmul_shapes_raise(tf):
     a = tf.placeholder(tf.float32, [2, 3], name="a")
     b = tf.placeholder(tf.float32, [4, 5], name="b")
     return {"feeds": {}, "fetch": {"out": tf.matmul(a, b)}}
+
+
+@case
+def get_variable_twice_without_reuse_raises(tf):
+    tf.get_variable("w", [2])
+    tf.get_variable("w", [2])
+    return {"feeds": {}, "fetch": {}}
+
+
+@case
+def reuse_of_a_missing_variable_raises(tf):
+    with tf.variable_scope("s", reuse=True):
+        tf.get_variable("w", [2])
+    return {"feeds": {}, "fetch": {}}
+
+
+@case
+def default_name_scopes_are_uniquified(tf):
+    names = []
+    for _ in range(2):
+        with tf.variable_scope(None, default_name="dense"):
+            names.append(tf.get_variable("w", [1]).name)
+    with tf.name_scope("ns"):
+        with tf.variable_scope("tower"):
+            v = tf.get_variable("v", [1])
+            op = tf.identity(v, name="read")
+    t1 = tf.Variable(0.0, name="t")
+    t2 = tf.Variable(0.0, name="t")
+    return {"feeds": {}, "fetch": {}, "names": [*names, v.name, op.name, t1.name, t2.name]}
+
+
+@case
+def shapes_through_reshape_concat_transpose(tf):
+    x = tf.placeholder(tf.float32, [None, 3, 4], name="x")
+    outs = {"reshape": tf.reshape(x, [-1, 12]), "concat": tf.concat([x, x], axis=-1),
+            "transpose": tf.transpose(x), "expand": tf.expand_dims(x, 1),
+            "squeeze": tf.squeeze(tf.expand_dims(x, 1), [1])}
+    return {"feeds": {x: rand(43, 2, 3, 4)}, "fetch": outs, "grads": ("concat", [x])}
+
+
+@case
+def cast_truncates_toward_zero(tf):
+    x = tf.placeholder(tf.float32, [4], name="x")
+    return {"feeds": {x: np.array([-1.7, -0.2, 0.2, 1.7], np.float32)},
+            "fetch": {"i": tf.cast(x, tf.int32), "b": tf.cast(x, tf.bool)}}
+
+
+@case
+def int_mean_keeps_int(tf):
+    x = tf.placeholder(tf.int32, [2, 3], name="x")
+    return {"feeds": {x: np.array([[1, 2, 4], [3, 5, 8]], np.int32)},
+            "fetch": {"out": tf.reduce_mean(x, axis=1), "max": tf.reduce_max(x, axis=0)}}
+
+
+@case
+def comparisons_and_where_dtype(tf):
+    a = tf.placeholder(tf.float32, [3], name="a")
+    b = tf.placeholder(tf.float32, [3], name="b")
+    return {"feeds": {a: np.array([1, 2, 3], np.float32), b: np.array([3, 2, 1], np.float32)},
+            "fetch": {"lt": a < b, "ge": a >= b, "ne": tf.not_equal(a, b)}}
+
+
+@case
+def pow_and_sign(tf):
+    a = tf.placeholder(tf.float32, [3], name="a")
+    out = tf.pow(a, 3.0) + tf.sign(a)
+    return {"feeds": {a: np.array([0.5, 1.5, 2.0], np.float32)}, "fetch": {"out": out},
+            "grads": ("out", [a])}
+
+
+@case
+def add_n_and_gradient_of_sum(tf):
+    a = tf.placeholder(tf.float32, [2, 2], name="a")
+    out = tf.add_n([a, a * 2.0, tf.square(a)])
+    return {"feeds": {a: rand(44, 2, 2)}, "fetch": {"out": out}, "grads": ("out", [a])}
+
+
+@case
+def global_step_variable(tf):
+    step = tf.train.get_or_create_global_step()
+    return {"feeds": {}, "fetch": {"step": step}, "names": [step.name], "init": True}
+
+
+@case
+def matmul_of_mismatched_dtypes_raises(tf):
+    a = tf.placeholder(tf.float32, [2, 2], name="a")
+    b = tf.placeholder(tf.float64, [2, 2], name="b")
+    return {"feeds": {}, "fetch": {"out": tf.matmul(a, b)}}
