@@ -16,6 +16,9 @@ Failure model (no silent hang):
     * A rank that stops answering (stuck, stopped, a different sequence of collectives): a
       watchdog thread aborts the job (``MPI_Abort``) when one collective takes longer than
       ``collective_timeout_s`` (default 300 s; ``CKPTSYNC_COLLECTIVE_TIMEOUT_S``).
+    * MPICH's ``/dev/shm/mpich_shm_*`` segments that an aborted job leaves behind are
+      removed by the next job's ``init`` (only those no live process holds:
+      :mod:`._shm_leftovers`).
 
 Thread-safety: collectives are meant to be called from one thread per rank (the training
 loop); ``init`` is idempotent and thread-safe.
@@ -35,6 +38,7 @@ from types import TracebackType
 from typing import Any
 
 from ..errors import CkptsyncRuntimeError
+from ._shm_leftovers import remove_dead_segments
 
 __all__ = ["init", "is_initialized", "rank", "size", "local_rank", "local_size",
            "launched_under_mpi", "failure_ends_job", "abort", "DEFAULT_COLLECTIVE_TIMEOUT_S",
@@ -99,6 +103,9 @@ def _init_mpi(collective_timeout_s: float | None) -> None:
             "MPI extra: pip install 'ckptsync[mpi]'.") from None
     # Finalize ourselves at exit, and only after a clean run (see the module docstring).
     mpi4py.rc.finalize = False
+    # Before MPI_Init: MPICH's segments of ended jobs (an abort leaves them) go; a live
+    # job's (this one's other ranks' included) are held, and stay.
+    remove_dead_segments()
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
