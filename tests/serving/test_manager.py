@@ -318,3 +318,30 @@ def test_with_nothing_served_a_failing_latest_falls_back_to_an_older_one(tmp_pat
     publish(tmp_path, 102, damage=truncate)
     with fast_manager(mlp, tmp_path) as manager:
         wait_until(lambda: manager.version == 98)
+
+
+def test_a_latest_whose_file_is_missing_never_takes_the_server_back(tmp_path, mlp, caplog):
+    # The state file names 102, whose file is missing (the source then offers the newest
+    # existing one, 98): 100 stays; a latest the state file does name still goes back.
+    from ckptsync import checkpoint as ckpt
+
+    p98, p100 = publish(tmp_path, 98), publish(tmp_path, 100)
+    with fast_manager(mlp, tmp_path) as manager:
+        wait_until(lambda: manager.version == 100)
+        with caplog.at_level("WARNING", logger="ckptsync.serving.manager"):
+            p102 = os.path.join(tmp_path, "model.ckpt-102")
+            ckpt.update_checkpoint_state(str(tmp_path), p102, [p98, p102])
+            manager.rescan()
+            wait_until(lambda: manager._listing.latest is not None
+                       and manager._listing.latest.version == 98)
+            time.sleep(0.3)  # several load-loop turns (retry timers of 0.05 s)
+            assert manager.version == 100
+            with pytest.raises(NotFoundError):
+                manager.status(98)
+            assert not any("older than" in r.getMessage() for r in caplog.records)
+            ckpt.update_checkpoint_state(str(tmp_path), p98, [p98])  # named: served
+            manager.rescan()
+            wait_until(lambda: manager.version == 98)
+            wait_until(lambda: any("older than version 100" in r.getMessage()
+                                   for r in caplog.records))
+        assert os.path.exists(p100 + ".h5")

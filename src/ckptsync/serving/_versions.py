@@ -19,7 +19,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -216,7 +216,8 @@ class VersionBook:
 
     # -- the load thread ---------------------------------------------------------------
     def next_target(
-        self, candidates: Sequence[AspiredVersion]
+        self, candidates: Sequence[AspiredVersion],
+        is_choice: Callable[[AspiredVersion], bool] | None = None,
     ) -> tuple[AspiredVersion | None, float | None]:
         """Which of the policy's ``candidates`` (most wanted first) to load now.
 
@@ -225,7 +226,10 @@ class VersionBook:
         while it fails: while a version is served (or was, before ``free_before_load``
         retired it) only fallbacks at least as new as that one are tried, plus the
         retired one itself, so a failing latest never takes the server back to an older
-        checkpoint; with nothing served yet, any of them, newest first.
+        checkpoint; with nothing served yet, any of them, newest first. ``is_choice``
+        (called only for a first candidate older than the served one) says whether it is
+        the policy's choice (the state file names it) or a stand-in for a latest whose
+        file is missing, which is then a fallback too.
 
         Returns:
             ``(version to load, None)``, or ``(None, seconds until a retry is due or None)``
@@ -235,7 +239,12 @@ class VersionBook:
         wait_s: float | None = None
         with self.cond:
             current = self.current
-            candidates = self._no_step_back(candidates)
+            kept = self._no_step_back(candidates, is_choice)
+            if candidates and (not kept or kept[0] != candidates[0]):
+                # A stand-in for a missing latest was dropped: look at the state file again
+                # (the listing may not change when it comes to name this very version).
+                wait_s = self._options.rescan_interval_s
+            candidates = kept
             for cand in candidates:
                 if current is not None and (cand.version, cand.prefix) == (
                     current.version,
@@ -257,13 +266,18 @@ class VersionBook:
                 return cand, None
             return None, wait_s
 
-    def _no_step_back(self, candidates: Sequence[AspiredVersion]) -> list[AspiredVersion]:
+    def _no_step_back(self, candidates: Sequence[AspiredVersion],
+                      is_choice: Callable[[AspiredVersion], bool] | None,
+                      ) -> list[AspiredVersion]:
         """``candidates`` without the fallbacks older than the served version (holds the
         lock); with free_before_load, the retired version is offered back after them."""
         served = self.last_served if self.current is None else self.current.version
         if served is None or not candidates:
             return list(candidates)
-        kept = [candidates[0]] + [c for c in candidates[1:] if c.version >= served]
+        first = candidates[0]
+        chosen = first.version >= served or is_choice is None or is_choice(first)
+        kept = [first] if chosen else []
+        kept += [c for c in candidates[1:] if c.version >= served]
         back = self._last_prefix
         if (self.current is None and back is not None and
                 all(c.prefix != back for c in kept) and os.path.exists(back + ".h5")):

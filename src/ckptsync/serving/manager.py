@@ -47,6 +47,7 @@ import logging
 import os
 import threading
 import time
+from functools import partial
 from typing import Any
 
 from ..errors import (
@@ -424,8 +425,10 @@ class ModelManager:
                 while True:
                     if book.closed:
                         return
+                    policy, where = self._policy, self.source_dir
                     target, wait_s = book.next_target(
-                        self._policy.candidates(self._listing, self.source_dir))
+                        policy.candidates(self._listing, where),
+                        partial(policy.is_choice, checkpoint_dir=where))
                     if target is not None:
                         break
                     self._cond.wait(wait_s)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from ..checkpoint.state import read_checkpoint_state
 from .source import AspiredVersion, AspiredVersions
 
 __all__ = ["VersionPolicy"]
@@ -43,6 +44,20 @@ class VersionPolicy:
             raise ValueError(
                 f"policy must be 'latest' or a version number, got {policy!r}"
             ) from None
+
+    def is_choice(self, candidate: AspiredVersion, checkpoint_dir: str) -> bool:
+        """Whether ``candidate``, first of :meth:`candidates`, is what this policy asks
+        for rather than a stand-in: pinned, always; latest, when the state file names it
+        (the source offers the newest existing checkpoint when the named one's file is
+        missing). Reads the state file (a regular file only, never blocking); True when
+        it cannot tell."""
+        if self.pinned is not None:
+            return True
+        try:
+            state = read_checkpoint_state(checkpoint_dir)
+        except Exception:  # unreadable now: the source reports it
+            return True
+        return state is None or state.model_checkpoint_path == candidate.prefix
 
     def candidates(self, listing: AspiredVersions, checkpoint_dir: str) -> list[AspiredVersion]:
         """Versions to serve, most wanted first.
