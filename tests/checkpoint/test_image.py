@@ -37,6 +37,8 @@ def _write_both(tmp: Path, name: str, arrays: dict, step: int | None, meta: dict
     with mock.patch("time.time", return_value=created):
         with mock.patch.object(_image, "image_for", return_value=None):  # plain HDF5
             write_checkpoint(tmp / f"{name}-hdf5", arrays, step, meta)
+        # A new layout's first save is HDF5's; its image is learnt from that file.
+        write_checkpoint(tmp / f"{name}-learn", arrays, step, meta)
         with mock.patch.object(writer_mod, "H5Writer", side_effect=AssertionError("HDF5 used")):
             write_checkpoint(tmp / f"{name}-image", arrays, step, meta)
     return ((tmp / f"{name}-hdf5.h5").read_bytes(), (tmp / f"{name}-image.h5").read_bytes())

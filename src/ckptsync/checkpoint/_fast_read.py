@@ -56,15 +56,10 @@ def learn(reader: Any) -> None:
             global_step=reader.global_step, created_unix_s=0.0, writer=reader.writer,
             metadata_json="x" * meta_len, hashes=[e.xxh3_64 for e in entries], index=index,
             index_hash=_format.hash_array(index))
-        # No self-check build: the image is kept only if the file HDF5 wrote matches it.
-        image = _image.image_for(values, names, arrays, _format.hdf5_paths(names),
-                                 self_check=False)
+        # One HDF5 build, kept only if the file HDF5 wrote (the one just read) matches.
+        image = _image.learn_file(reader.path, values, names, arrays, _format.hdf5_paths(names))
         if image is None:
             return
-        with open(reader.path, "rb") as f:
-            fd = f.fileno()
-            if os.fstat(fd).st_size != image.size_bytes or _match(fd, image) is None:
-                return
         with _lock:
             _recent[:] = [image, *(i for i in _recent if i is not image)]
             del _recent[_RECENT:]

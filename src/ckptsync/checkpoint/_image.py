@@ -8,25 +8,20 @@ on a few fixed-size values that change from save to save: the root attributes
 the metadata through HDF5 costs ~80 µs per variable, which for a small model is most of
 a save.
 
-So the first save of a layout builds the file twice with HDF5 itself (in a scratch file
-in RAM, :func:`._h5layout.write_layout`, exactly what the plain writer does), with two
-different sets of random sentinel values, and learns from them:
+So the first save of a layout is written by HDF5, and then the layout's file is built
+once more with HDF5 itself (in a scratch file in RAM, :func:`._h5layout.write_layout`,
+exactly what the plain writer does) with random sentinel values, to learn where each
+value lies (its sentinel occurs exactly once), which checksummed object-header chunk
+(``OHDR``/``OCHK``, ``_ohdr``) holds it, and where each dataset's data lies. The image is
+then *checked* against the real file HDF5 wrote (:func:`learn_file`): patched with that
+file's values (checksums recomputed with HDF5's own ``H5_checksum_metadata``), it must
+give that file byte for byte (:func:`build` can instead check against a second build).
+From then on a save of that layout patches the pieces and writes the file with
+``writev``: metadata pieces and the arrays' own memory in file order, no data copied.
 
-- where each value lies (its sentinel occurs exactly once in the image),
-- which object-header chunk holds it (HDF5 1.8 object headers, ``OHDR``/``OCHK``, end in
-  a checksum; a chunk is recognised only if its checksum verifies),
-- where each dataset's data lies (``H5Dget_offset``).
-
-It then *checks* itself: patching the first image with the second set of values
-(recomputing the checksums with HDF5's own ``H5_checksum_metadata``) must give the
-second image byte for byte. Only then is the image used; from then on a save of that
-layout copies the metadata pieces, puts the values in, recomputes the touched chunks'
-checksums and writes the file with ``writev``: metadata pieces and the arrays' own
-memory in file order, no copy of the data. The file is the one HDF5 would have written.
-
-Anything unexpected (a layout over :data:`MAX_DATA_BYTES` or :data:`MAX_VARIABLES`, a sentinel not found once, a
-value outside a verified chunk, a failed self-check, no ``H5_checksum_metadata`` in the
-loaded HDF5 library) leaves that layout to the plain writer; it is never an error.
+Anything unexpected (a layout over :data:`MAX_DATA_BYTES` or :data:`MAX_VARIABLES`, a
+sentinel not found once, a value outside a verified chunk, a failed check, no
+``H5_checksum_metadata``) leaves that layout to the plain writer; it is never an error.
 
 Thread-safety: :func:`image_for` is safe to call from several threads; images are
 immutable once built.
@@ -56,7 +51,8 @@ from ._h5layout import H5Writer, RootValues, write_layout
 from ._ohdr import Chunk
 from ._ohdr import chunks as _ohdr_chunks
 
-__all__ = ["MAX_DATA_BYTES", "MAX_VARIABLES", "MetadataImage", "image_for", "layout_key"]
+__all__ = ["MAX_DATA_BYTES", "MAX_VARIABLES", "MetadataImage", "image_for", "layout_key",
+           "learn_file"]
 
 logger = logging.getLogger(__name__)
 
@@ -66,8 +62,8 @@ logger = logging.getLogger(__name__)
 MAX_DATA_BYTES = 8 << 20
 # Layouts of more variables are written (and read) by HDF5 every time. Building an
 # image is linear in the variable count (it once was quadratic: issue #16, 16,000
-# scalars took 31 s) but costs two HDF5 writes of the layout once (~0.2 ms per
-# variable each, on the first save of a layout); past this many, that would be seconds.
+# scalars took 31 s) but costs one more HDF5 write of the layout's metadata (~0.2 ms
+# per variable) on its first save; past this many, that would be seconds.
 MAX_VARIABLES = 4096
 _CACHE_SIZE = 16
 _IOV_MAX = 512  # below every platform's IOV_MAX (1024 on Linux)
@@ -245,11 +241,9 @@ def _sentinels(template: RootValues, names: Sequence[str]) -> RootValues:
     def hex16() -> str:
         return secrets.token_hex(8)
 
-    # Each variable's hash sentinel: one random 8-character prefix for the whole build
-    # and the variable's number, so one scan for the prefix finds them all (searching
-    # the image for each of n sentinels was quadratic: issue #16).
+    # Hash sentinels: one random prefix and the variable's number, so one scan for the
+    # prefix finds them all (one search per sentinel was quadratic: issue #16).
     prefix = hex16()[:8]
-
     while True:
         created = struct.unpack("<d", secrets.token_bytes(8))[0]
         if np.isfinite(created):
@@ -328,11 +322,9 @@ def _locate(image: bytearray, raw: bytes) -> int | None:
 
 def _locate_all(image: bytearray, fields: Mapping[str, bytes],
                 hash_prefix: bytes) -> dict[str, int] | None:
-    """Where each field's sentinel lies in ``image``, each found exactly once; None if
-    one is missing or repeated. The variables' hash sentinels all start with
-    ``hash_prefix`` (:func:`_sentinels`): one pass over the image finds every occurrence
-    of each (any occurrence starts with the prefix), so the search is linear in the
-    image, not quadratic. The few root values are searched one by one."""
+    """Where each field's sentinel lies in ``image`` (found exactly once, else None).
+    The hash sentinels all start with ``hash_prefix``: one pass finds every occurrence
+    of each (linear, not quadratic); the few root values are searched one by one."""
     out: dict[str, int] = {}
     by_raw: dict[bytes, str] = {}
     for field, raw in fields.items():
@@ -362,11 +354,8 @@ def _locate_all(image: bytearray, fields: Mapping[str, bytes],
 def build(values: RootValues, names: Sequence[str], arrays: Mapping[str, np.ndarray],
           paths: Mapping[str, str], self_check: bool = True) -> MetadataImage | None:
     """Builds and self-checks the image of this layout; None where it cannot be used.
-
-    ``self_check=False`` skips the second HDF5 build and the comparison with it, for a
-    caller that compares the image with a file HDF5 wrote (``_fast_read.learn``
-    matches the file it has read): one HDF5 build instead of two.
-    """
+    ``self_check=False`` skips the second build and the comparison with it, for
+    :func:`learn_file`, which compares the image with a file HDF5 wrote instead."""
     if _checksum_fn is None:
         return None
     a_values, b_values = _sentinels(values, names), _sentinels(values, names)
@@ -447,15 +436,20 @@ _cache_lock = threading.Lock()
 
 
 def image_for(values: RootValues, names: Sequence[str], arrays: Mapping[str, np.ndarray],
-              paths: Mapping[str, str], self_check: bool = True) -> MetadataImage | None:
+              paths: Mapping[str, str], self_check: bool = True,
+              build_new: bool = True) -> MetadataImage | None:
     """The (cached) image of this save's layout, building it on first use; None where
     the layout is written by HDF5 (too large, or an image could not be verified).
     ``self_check``: as :func:`build` (False only for a caller that matches the image
-    against a file HDF5 wrote before using it)."""
+    against a file HDF5 wrote before using it); ``build_new=False``: only a cached,
+    checked image, never a build."""
     if len(names) > MAX_VARIABLES or sum(arrays[n].nbytes for n in names) > MAX_DATA_BYTES:
         return None
     key = layout_key(names, arrays, values.global_step is not None, values.writer,
                      values.metadata_json)
+    if not build_new:
+        with _cache_lock:
+            return _cache.get(key)
     # An unchecked image is cached apart (the writer never uses one); a checked one
     # serves both.
     keys = [key] if self_check else [key, (*key, "unchecked")]
@@ -475,3 +469,30 @@ def image_for(values: RootValues, names: Sequence[str], arrays: Mapping[str, np.
         while len(_cache) > _CACHE_SIZE:
             _cache.popitem(last=False)
     return image
+
+
+def learn_file(path: str, values: RootValues, names: Sequence[str],
+               arrays: Mapping[str, np.ndarray], paths: Mapping[str, str]) -> MetadataImage | None:
+    """The image of the layout of ``path`` (a file HDF5 wrote) if that file is the image
+    with its own values put in, byte for byte (the check against a real file: one build,
+    not two); then cached as checked, for the writer too. Else None. Never raises."""
+    try:
+        image = image_for(values, names, arrays, paths, self_check=False)
+        if image is None:
+            return None
+        with open(path, "rb") as f:
+            fd = f.fileno()
+            if os.fstat(fd).st_size != image.size_bytes or image.match(
+                    [os.pread(fd, len(p.data), p.offset) for p in image.pieces]) is None:
+                return None
+        key = layout_key(names, arrays, values.global_step is not None, values.writer,
+                         values.metadata_json)
+        with _cache_lock:
+            _cache.pop((*key, "unchecked"), None)  # promoted: one entry per layout
+            if _cache.get(key) is None:
+                _cache[key] = image
+                while len(_cache) > _CACHE_SIZE:
+                    _cache.popitem(last=False)
+        return image
+    except Exception:  # an optimisation only: HDF5 keeps writing and reading the layout
+        return None

@@ -207,8 +207,9 @@ def write_checkpoint(
     names = [e.name for e in entries]
     raw = _raw_writes_are_safe()
     # Images reproduce the raw-write layout, so they are used only where HDF5 would
-    # write that layout too.
-    image = _image.image_for(values, names, prepared, paths) if raw else None
+    # write that layout too. A new layout is written by HDF5 and its image learnt from
+    # that file (one more HDF5 build of the metadata, checked against the file).
+    image = _image.image_for(values, names, prepared, paths, build_new=False) if raw else None
 
     def write(tmp: str) -> None:
         if image is not None:
@@ -221,6 +222,8 @@ def write_checkpoint(
         finally:
             w.close()
         _write_raw(tmp, offsets)
+        if raw:
+            _image.learn_file(tmp, values, names, prepared, paths)
 
     publish(path, write, "write checkpoint", sync_directory=sync_directory)
     return prefix_str
