@@ -64,7 +64,7 @@ MAX_DATA_BYTES = 8 << 20
 # image is linear in the variable count (it once was quadratic: issue #16, 16,000
 # scalars took 31 s) but costs one more HDF5 write of the layout's metadata (~0.2 ms
 # per variable) on its first save; past this many, that would be seconds.
-MAX_VARIABLES = 4096
+MAX_VARIABLES = 16384
 _CACHE_SIZE = 16
 _IOV_MAX = 512  # below every platform's IOV_MAX (1024 on Linux)
 
