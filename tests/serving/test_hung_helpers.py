@@ -47,7 +47,7 @@ def test_a_stopped_reader_is_replaced_within_the_load_timeout(tmp_path, mlp):
 
 
 def test_a_stopped_source_is_replaced_and_new_versions_load(tmp_path, mlp, monkeypatch):
-    monkeypatch.setattr(sp, "_HEARTBEAT_TIMEOUT_S", 1.5)
+    monkeypatch.setattr(sp, "_HANG_TIMEOUT_S", 1.5)
     publish(tmp_path, 1)
     with ModelManager(mlp, tmp_path, rescan_interval_s=0.05) as manager:
         manager.wait_for_version(1, timeout_s=30)

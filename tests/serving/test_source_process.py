@@ -166,6 +166,7 @@ def test_close_while_starting_leaves_nothing_watching(tmp_path, monkeypatch):
 def test_a_stopped_child_is_killed_and_replaced_and_close_stays_bounded(tmp_path, monkeypatch,
                                                                         caplog):
     monkeypatch.setattr(sp, "_HEARTBEAT_TIMEOUT_S", 1.5)
+    monkeypatch.setattr(sp, "_HANG_TIMEOUT_S", 1.5)
     monkeypatch.setattr(sp, "_CLOSE_TIMEOUT_S", 1.0)
     publish(tmp_path, 1)
     rec = Recorder()
@@ -176,7 +177,7 @@ def test_a_stopped_child_is_killed_and_replaced_and_close_stays_bounded(tmp_path
         os.kill(pid, signal.SIGSTOP)
         for _ in range(2000):  # more rescans than the socket holds: none may block
             source.rescan()
-        # Silent for _HEARTBEAT_TIMEOUT_S: killed (and reaped), a fresh child follows
+        # Silent for _HANG_TIMEOUT_S: killed (and reaped), a fresh child follows
         # the directory again.
         wait_until(lambda: _gone(pid), timeout_s=10)
         assert f"checkpoint source process (pid {pid}) did not answer within 1.5 s" in caplog.text

@@ -27,8 +27,8 @@ Protocol (frames of :mod:`ckptsync.workers.frames` over the socket of a
 The child ignores SIGINT and SIGTERM: it ends when its socket closes, i.e. when the
 server closes the source or dies (even by SIGKILL), so it never outlives the server. If
 the child dies, the server starts another (counted in ``observer_restarts``); so it does
-when the child stops answering (it reports at least every second; silent for
-``_HEARTBEAT_TIMEOUT_S`` = 5 s, e.g. SIGSTOPped, it is killed and replaced:
+when the child stops answering (it reports at least every second; silent for 5 s it is
+not alive, for ``_HANG_TIMEOUT_S`` = 15 s, e.g. SIGSTOPped, it is killed and replaced:
 :meth:`~ckptsync.workers.WorkerProcess.await_answer`); where no process can be started,
 the source runs in this process instead.
 
@@ -65,6 +65,7 @@ _RESTART_DELAY_S = 0.5
 _HEALTH_CHECK_S = 0.25
 _HEARTBEAT_S = 1.0  # the child reports its health at least this often
 _HEARTBEAT_TIMEOUT_S = 5.0  # silent longer (e.g. SIGSTOPped): not alive
+_HANG_TIMEOUT_S = 15.0  # silent longer: killed and replaced (a loaded host is no hang)
 _RESCAN = encode_frame(b"", {"cmd": "rescan"})
 
 
@@ -353,7 +354,7 @@ class ProcessCheckpointSource:
             if doc is NOT_READY:
                 # The child reports every _HEARTBEAT_S; a silent one (stopped, frozen) is
                 # killed here, and replaced below like one that died.
-                if not self._worker.await_answer(_HEARTBEAT_TIMEOUT_S,
+                if not self._worker.await_answer(_HANG_TIMEOUT_S,
                                                  f"watching {self.checkpoint_dir}"):
                     if self._closed or not self._worker.running:
                         return
