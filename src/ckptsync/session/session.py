@@ -122,11 +122,14 @@ class Session:
                 None, None, f"Attempting to use uninitialized value {missing[0]}")
         return {n: self._vars[n] for n in names}
 
-    def write_variables(self, values: Mapping[str, Any]) -> None:
+    def write_variables(self, values: Mapping[str, Any], copy: bool = True) -> None:
         """Sets variables by op name, as a restore does (no graph op is run): each value
         (anything ``np.array`` takes) is copied and converted to the variable's dtype.
 
-        The write path of ``Saver.restore`` and ``Variable.load``.
+        The write path of ``Saver.restore`` and ``Variable.load``. With ``copy=False`` an
+        array that already has the variable's dtype and is C-contiguous and writeable is
+        adopted as the variable's value (the caller hands it over and keeps no use of it,
+        as ``Saver.restore`` does with the arrays it has just read).
 
         Raises:
             KeyError: a name is no operation of the graph.
@@ -137,7 +140,11 @@ class Session:
         new = {}
         for name, value in values.items():
             op = self.graph.get_operation_by_name(name)
-            arr = np.array(value, dtype=op.outputs[0].dtype.np, copy=True)
+            dtype = op.outputs[0].dtype.np
+            if copy:
+                arr = np.array(value, dtype=dtype, copy=True)
+            else:
+                arr = np.require(value, dtype=dtype, requirements=["C", "W"])
             new[name] = arr
         with self._lock:
             self._vars.update(new)

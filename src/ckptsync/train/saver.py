@@ -474,7 +474,7 @@ class Saver:
                         f"requires shapes of both tensors to match. lhs shape= {list(want)} rhs "
                         f"shape= {list(arr.shape)} for variable {key} in checkpoint {save_path}.")
             out[var.op.name] = arr
-        sess.write_variables(out)
+        sess.write_variables(out, copy=False)  # the arrays were read for this restore alone
 
     def as_saver_def(self) -> dict[str, Any]:
         return {"max_to_keep": self._max_to_keep,
