@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from .. import checkpoint as ckpt
+from ..checkpoint.writer import first_nonfinite
 from ..errors import DataLossError, InvalidArgumentError, NotFoundError, OpError
 from .servable import Servable
 from .source import parse_version
@@ -126,7 +127,8 @@ def load_snapshot(
     params: dict[str, np.ndarray] = {}
     for name in specs:
         arr = np.asarray(arrays[name])
-        if not allow_nonfinite and arr.dtype.kind in "fc":
+        # One reduction per array first: no [shape] bool temporary for a finite one.
+        if not allow_nonfinite and first_nonfinite({name: arr}) is not None:
             bad = arr.size - int(np.count_nonzero(np.isfinite(arr)))
             if bad:
                 raise InvalidArgumentError(
