@@ -23,6 +23,8 @@ What runs (digits MLP 64->128->128->10, ``examples/digits_mlp.py``, batch 1):
 
     python benchmarks/bench_serving.py [--duration-s 2] [--repeats 5] [--publishes 200]
         [--swaps 1000]
+    python benchmarks/bench_serving.py --batch 1,64,256 [--connections-list 1,16,64]
+        (throughput only, by rows per request)
 
 The last line is the headline: ckptsync's throughput / the bare app's.
 """
@@ -371,6 +373,85 @@ def percentile(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(len(s) * q))]
 
 
+# --------------------------------------------------------------------------- batches
+def cpu_ticks(pid: int) -> int:
+    """User + system CPU of process ``pid`` (all its threads), clock ticks. On a shared
+    machine CPU per request is steadier than requests per second."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def batch_main(args: argparse.Namespace) -> None:
+    """Throughput by batch size and connections: ckptsync / bare, alternating rounds."""
+    batches = [int(b) for b in args.batch.split(",")]
+    conns = [int(c) for c in args.connections_list.split(",")]
+    work = tempfile.mkdtemp(prefix="bench-serving-")
+    procs: list[subprocess.Popen] = []
+    rows = []
+    try:
+        ckpts = os.path.join(work, "ckpts")
+        os.makedirs(ckpts)
+        pub = Publisher(ckpts)
+        first = pub.write()
+        pub.name(first)
+        ck, ck_port = start(
+            [sys.executable, "-m", "ckptsync.cli.infer", "serve", "--model", MODEL_FILE,
+             "--checkpoint-dir", ckpts, "--port", "0", "--log-level", "warning",
+             "--model-name", "digits", "--port-file", os.path.join(work, "ck.port")],
+            os.path.join(work, "ck.port"))
+        procs.append(ck)
+        bare, bare_port = start([sys.executable, os.path.abspath(__file__), "_bare",
+                                 os.path.join(work, "bare.port"), first],
+                                os.path.join(work, "bare.port"))
+        procs.append(bare)
+        bare_ticks = cpu_ticks(bare.pid)
+        for batch in batches:
+            x = np.random.default_rng(0).random((batch, 64)).round(4).tolist()
+            req = request_bytes("/v1/models/digits:predict",
+                                json.dumps({"instances": x}).encode())
+            probe = Probe(ck_port, req)
+            wait_version(probe, 1)
+            probe.close()
+            for c in conns:
+                ck_rps, bare_rps, ck_p50, bare_p50, errs = [], [], [], [], 0
+                cpu_ratios = []
+                for _ in range(args.repeats):
+                    t0 = cpu_ticks(ck.pid)
+                    r = run_load(ck_port, req, c, args.duration_s)
+                    t1 = cpu_ticks(ck.pid)
+                    b = run_load(bare_port, req, c, args.duration_s)
+                    t2 = cpu_ticks(bare.pid)
+                    t1b = t2 - bare_ticks
+                    bare_ticks = t2
+                    ck_cpu = (t1 - t0) / max(1, r["requests"])
+                    bare_cpu = t1b / max(1, b["requests"])
+                    cpu_ratios.append(bare_cpu / ck_cpu if ck_cpu else float("nan"))
+                    ck_rps.append(r["rps"])
+                    bare_rps.append(b["rps"])
+                    ck_p50.append(r["p50_ms"] or float("nan"))  # None: nothing finished
+                    bare_p50.append(b["p50_ms"] or float("nan"))
+                    errs += sum(n for code, n in r["codes"].items() if code != "200")
+                ratios = [a / b if b else float("nan") for a, b in zip(ck_rps, bare_rps)]
+                rows.append((batch, c, statistics.median(ck_rps), statistics.median(bare_rps),
+                             statistics.median(ck_p50), statistics.median(bare_p50),
+                             summary(ratios), errs, statistics.median(cpu_ratios)))
+    finally:
+        for p in procs:
+            stop(p)
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"digits MLP, predict throughput by batch, loopback, {args.repeats} x "
+          f"{args.duration_s:g} s alternating; {os.cpu_count()} CPUs")
+    print("| batch | conns | infer serve req/s | bare req/s | p50 ms (ck / bare) "
+          "| ratio median (min-max) | CPU per request, bare / ck | errors |")
+    for batch, c, ck, ba, p50, bp50, (med, lo, hi), errs, cpu in rows:
+        print(f"| {batch:5d} | {c:5d} | {ck:17.0f} | {ba:10.0f} | {p50:7.2f} / {bp50:7.2f} "
+              f"| {med:.2f}x ({lo:.2f}-{hi:.2f}) | {cpu:.2f}x | {errs} |")
+    worst = min(r[6][0] for r in rows)
+    print(f"headline: worst infer serve / bare starlette throughput over batches "
+          f"{args.batch} = {worst:.2f}x (target >= 0.9x)")
+
+
 # --------------------------------------------------------------------------- main
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -379,7 +460,15 @@ def main() -> None:
     ap.add_argument("--connections", type=int, default=16)
     ap.add_argument("--publishes", type=int, default=200)
     ap.add_argument("--swaps", type=int, default=1000)
+    ap.add_argument("--batch", default=None, metavar="N[,N...]",
+                    help="throughput only: rows per request (e.g. 1,64,256), each at every "
+                    "--connections-list count, ckptsync and bare alternating")
+    ap.add_argument("--connections-list", default="1,16,64", metavar="N[,N...]",
+                    help="with --batch: the connection counts")
     args = ap.parse_args()
+    if args.batch is not None:
+        batch_main(args)
+        return
 
     work = tempfile.mkdtemp(prefix="bench-serving-")
     procs: list[subprocess.Popen] = []

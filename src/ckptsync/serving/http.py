@@ -20,9 +20,11 @@ answered 500, and the server keeps running.
 
 Where the forward runs: for bodies up to ``inline_max_body_bytes`` (small batches, a few
 microseconds of numpy) decoding, the forward and encoding run inline on the event loop,
-which is faster than a thread hop; bigger requests run in starlette's thread pool so they
-do not stall other connections. Either way the request acquires one snapshot and finishes
-on it.
+which is faster than a thread hop; bigger requests run in a pool thread so they do not
+stall other connections, one at a time (``_predict.BIG_REQUEST_THREADS``: decoding and
+encoding hold the interpreter lock, so more threads only take it from each other and from
+the event loop). A body over 1 MiB is decoded row by row and refused at the first row past
+``max_batch_size``. Either way the request acquires one snapshot and finishes on it.
 
 One path per request: ``:predict`` is answered only by :class:`._predict.PredictHandler`
 (plain ASGI, ahead of starlette's middleware and routing: the hot path); every other route
