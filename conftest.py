@@ -48,6 +48,9 @@ def _doctest_in_a_trained_directory(request: pytest.FixtureRequest,
                                     monkeypatch: pytest.MonkeyPatch) -> None:
     if not isinstance(request.node, pytest.DoctestItem):
         return
+    import ckptsync as cs
+
+    cs.reset_default_graph()  # each example starts on an empty default graph, as a script
     layout = request.getfixturevalue("_trained_directory")
     shutil.copytree(layout, tmp_path, dirs_exist_ok=True)
     monkeypatch.chdir(tmp_path)

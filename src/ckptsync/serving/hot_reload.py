@@ -5,9 +5,11 @@ actor pulling weights from a learner that saves checkpoints into a shared direct
 
 Example:
     >>> import ckptsync as cs
-    >>> with cs.serving.HotReloadingModel("model.py", "ckpts") as model:  # doctest: +SKIP
-    ...     model.wait_for_version(100, timeout_s=30)
+    >>> with cs.serving.HotReloadingModel("model.py", "ckpts") as model:
+    ...     _ = model.wait_for_version(1200, timeout_s=30)
     ...     outputs, version = model.predict({"x": x})  # x: float32 [batch, 64]
+    >>> version, outputs["classes"].shape
+    (1200, (2,))
 """
 
 from __future__ import annotations

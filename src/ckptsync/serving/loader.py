@@ -7,8 +7,10 @@ rejects NaN/Inf. It runs off the request path (the manager's load thread); it ho
 lock, so requests keep running on the previous snapshot meanwhile.
 
 Example:
-    >>> snap = load_snapshot("ckpts/model.ckpt-1200", servable)  # doctest: +SKIP
-    >>> snap.version, snap.params["dense0/w"].flags.writeable  # doctest: +SKIP
+    >>> from ckptsync.serving import GraphServable, load_snapshot
+    >>> servable = GraphServable.from_model_file("model.py")
+    >>> snap = load_snapshot("ckpts/model.ckpt-1200", servable)
+    >>> snap.version, snap.params["dense0/w"].flags.writeable
     (1200, False)
 """
 

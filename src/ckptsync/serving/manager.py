@@ -35,10 +35,14 @@ reader process, one load thread calling :func:`~.loader.load_snapshot`, a
 it tells people), one frozen :class:`~.options.ManagerOptions`.
 
 Example:
-    >>> with ModelManager(servable, "ckpts") as manager:  # doctest: +SKIP
-    ...     snap = manager.wait_for_version(100, timeout_s=10)
+    >>> from ckptsync.serving import GraphServable, ModelManager, validate_inputs
+    >>> servable = GraphServable.from_model_file("model.py")
+    >>> with ModelManager(servable, "ckpts") as manager:
+    ...     snap = manager.wait_for_version(1200, timeout_s=30)
     ...     inputs = validate_inputs(servable.signature, {"x": x})  # dtype, shape
     ...     outputs = servable.run(snap.params, inputs)
+    >>> snap.version, outputs["probabilities"].shape
+    (1200, (2, 10))
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ that one call, so one servable answers requests on many snapshots from many thre
 and a hot reload is a swap of the ``params`` mapping, never a mutation of the servable.
 
 Example:
-    >>> servable = GraphServable.from_model_file("examples/mlp.py")  # doctest: +SKIP
-    >>> servable.signature.inputs["x"].shape  # doctest: +SKIP
+    >>> servable = GraphServable.from_model_file("model.py")  # examples/digits_mlp.py
+    >>> servable.signature.inputs["x"].shape
     (None, 64)
 """
 

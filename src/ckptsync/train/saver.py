@@ -90,11 +90,21 @@ class Saver:
         TypeError: ``var_list`` is not a list or dict.
 
     Example:
-        >>> with cs.train.Saver(max_to_keep=3, async_save=True) as saver:  # doctest: +SKIP
-        ...     for step in range(100):
+        >>> import os, ckptsync as cs
+        >>> os.makedirs("async_ckpts")  # as TF1, the Saver does not create it
+        >>> v = cs.get_variable("v", [3], initializer=cs.zeros_initializer())
+        >>> step = cs.train.get_or_create_global_step()
+        >>> train_op = cs.group(v.assign_add(cs.ones([3])), step.assign_add(1))
+        >>> with cs.Session() as sess, cs.train.Saver(max_to_keep=3, async_save=True) as saver:
+        ...     sess.run(cs.global_variables_initializer())
+        ...     for i in range(30):
         ...         sess.run(train_op)
-        ...         if step % 10 == 0:
-        ...             saver.save(sess, "ckpts/model.ckpt", global_step=step)
+        ...         if i % 10 == 0:
+        ...             _ = saver.save(sess, "async_ckpts/model.ckpt", global_step=step)
+        >>> cs.train.latest_checkpoint("async_ckpts")
+        'async_ckpts/model.ckpt-21'
+        >>> [int(x) for x in cs.train.load_variable("async_ckpts", "v")]
+        [21, 21, 21]
     """
 
     def __init__(self, var_list: Any = None, reshape: bool = False, sharded: bool = False,
