@@ -183,9 +183,9 @@ def write_checkpoint(
     Example:
         >>> import numpy as np, ckptsync as cs
         >>> cs.checkpoint.write_checkpoint(
-        ...     str(tmp / "model.ckpt-5"), {"dense0/w": np.ones((2, 3), np.float32)},
-        ...     global_step=5)  # doctest: +SKIP
-        '.../model.ckpt-5'
+        ...     "ckpts/model.ckpt-5", {"dense0/w": np.ones((2, 3), np.float32)},
+        ...     global_step=5)
+        'ckpts/model.ckpt-5'
     """
     path = _format.data_path(os.fspath(prefix))
     prefix_str = path[: -len(_format.DATA_SUFFIX)]
