@@ -198,12 +198,12 @@ def test_restarts_never_go_down_when_the_child_is_replaced(tmp_path):
     with ProcessCheckpointSource(tmp_path, rec, rescan_interval_s=0.05) as source:
         assert rec.latest_version() == 1
         for _ in range(2):  # the directory replaced: the child's observer restarts
+            seen = source.observer_restarts  # before the change, or its restart may be missed
             moved = tmp_path.with_name(tmp_path.name + "-old")
             os.rename(tmp_path, moved)
             os.mkdir(tmp_path)
             publish(tmp_path, 1)
             shutil.rmtree(moved)
-            seen = source.observer_restarts
             wait_until(lambda seen=seen: source.observer_restarts > seen, timeout_s=10)
         counted = source.observer_restarts
         pid = source.pid
