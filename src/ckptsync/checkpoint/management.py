@@ -57,7 +57,7 @@ def latest_checkpoint(checkpoint_dir: str, latest_filename: str | None = None) -
             entry outside the directory).
 
     Example:
-        >>> latest_checkpoint("ckpts")  # doctest: +SKIP
+        >>> latest_checkpoint("ckpts")
         'ckpts/model.ckpt-1200'
     """
     state = get_checkpoint_state(checkpoint_dir, latest_filename)
@@ -156,8 +156,8 @@ def list_variables(ckpt_dir_or_file: str) -> list[tuple[str, list[int]]]:
     """Returns ``[(key, shape), ...]`` sorted by key, as TF1's ``tf.train.list_variables``.
 
     Example:
-        >>> list_variables("ckpts")  # doctest: +SKIP
-        [('dense0/b', [10]), ('dense0/w', [64, 10]), ('global_step', [])]
+        >>> list_variables("ckpts")[:3]
+        [('beta1_power', []), ('beta2_power', []), ('dense0/b', [128])]
     """
     with load_checkpoint(ckpt_dir_or_file) as reader:
         return sorted(reader.get_variable_to_shape_map().items())
@@ -215,8 +215,9 @@ def checkpoints_iterator(
     ``timeout_fn`` is None or returns True, else keeps waiting.
 
     Example:
-        >>> for prefix in checkpoints_iterator("ckpts", timeout=60):  # doctest: +SKIP
-        ...     evaluate(prefix)
+        >>> for prefix in checkpoints_iterator("ckpts", timeout=0.1):
+        ...     print(prefix)  # evaluate(prefix)
+        ckpts/model.ckpt-1200
     """
     checkpoint_path = None
     while True:

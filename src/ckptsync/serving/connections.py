@@ -20,7 +20,12 @@ Thread-safety: the protocol runs on the event loop thread only; :class:`Connecti
 is read and written there.
 
 Example:
-    >>> config = uvicorn.Config(app, http=limited_protocol(10.0, 2048))  # doctest: +SKIP
+    >>> import uvicorn
+    >>> from starlette.applications import Starlette
+    >>> protocol = limited_protocol(idle_timeout_s=10.0, max_connections=2048)
+    >>> config = uvicorn.Config(Starlette(), host="127.0.0.1", http=protocol)
+    >>> protocol.limits.max_connections
+    2048
 """
 
 from __future__ import annotations

@@ -33,8 +33,15 @@ is a starlette route below. The Prometheus collector of the manager's state is i
 admin token in :class:`~.options.HttpOptions`.
 
 Example:
-    >>> app = create_app(manager, "mlp")  # doctest: +SKIP
-    >>> uvicorn.run(app, host="127.0.0.1", port=8501)  # doctest: +SKIP
+    >>> from starlette.testclient import TestClient
+    >>> from ckptsync.serving import GraphServable, ModelManager, create_app
+    >>> manager = ModelManager(GraphServable.from_model_file("model.py"), "ckpts")
+    >>> app = create_app(manager, "digits", own_manager=True)  # uvicorn.run(app, port=8501)
+    >>> with TestClient(app) as client:
+    ...     _ = manager.wait_for_version(1200, timeout_s=30)
+    ...     r = client.post("/v1/models/digits:predict", json={"instances": x.tolist()})
+    >>> r.status_code, r.headers["X-Model-Version"], len(r.json()["predictions"])
+    (200, '1200', 2)
 """
 
 from __future__ import annotations

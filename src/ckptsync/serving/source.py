@@ -27,8 +27,12 @@ time and in order; it must be quick (store and signal). :meth:`rescan` may be ca
 any thread.
 
 Example:
-    >>> with CheckpointSource("ckpts", print) as source:  # doctest: +SKIP
-    ...     ...
+    >>> import queue
+    >>> listings = queue.Queue()
+    >>> with CheckpointSource("ckpts", listings.put) as source:
+    ...     listing = listings.get(timeout=10)
+    >>> listing.latest.version, [v.version for v in listing.available]
+    (1200, [1200])
 """
 
 from __future__ import annotations

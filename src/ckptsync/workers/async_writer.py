@@ -159,9 +159,13 @@ class AsyncCheckpointWriter:
         OSError: the worker could not be started.
 
     Example:
-        >>> with AsyncCheckpointWriter() as w:  # doctest: +SKIP
+        >>> import numpy as np
+        >>> from ckptsync.checkpoint import read_checkpoint
+        >>> with AsyncCheckpointWriter() as w:
         ...     w.submit("ckpts/model.ckpt-5", {"w": np.ones(3)}, global_step=5)
         ...     w.wait()
+        >>> read_checkpoint("ckpts/model.ckpt-5")["w"].tolist()
+        [1.0, 1.0, 1.0]
     """
 
     def __init__(self, max_in_flight: int | None = None,

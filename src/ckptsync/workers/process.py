@@ -95,8 +95,15 @@ class WorkerProcess:
             kills it, in seconds.
 
     Example:
-        >>> w = WorkerProcess(lambda: [sys.executable, "-c", CODE], "example")  # doctest: +SKIP
-        >>> sock = w.start(); ...; w.stop()  # doctest: +SKIP
+        >>> import socket, sys
+        >>> ECHO = ("import socket, sys; s = socket.socket(fileno=int(sys.argv[1])); "
+        ...         "s.sendall(s.recv(5).upper())")  # the worker gets its socket's fd
+        >>> w = WorkerProcess(lambda: [sys.executable, "-c", ECHO], "echo")
+        >>> sock = w.start()
+        >>> sock.sendall(b"hello"); sock.recv(5)
+        b'HELLO'
+        >>> w.stop(); w.running
+        False
     """
 
     def __init__(self, command: Callable[[], Sequence[str]], name: str,
