@@ -144,6 +144,10 @@ def _at_exit() -> None:
             for stream in (sys.stdout, sys.stderr):
                 with contextlib.suppress(Exception):
                     stream.flush()
+            # Give mpiexec's proxy a moment to forward what we wrote: the abort makes it
+            # kill and exit, and output still in its pipe was then lost (seen in CI: a
+            # failing rank's error line missing from mpiexec's stderr).
+            time.sleep(0.2)
             _S.comm.Abort(_S.fail_code or 1)
         return
     _S.mpi.Finalize()
