@@ -92,8 +92,8 @@ def main() -> None:
     "--version N will be removed in the next release.")
 @option(
     "--gate", default=None, metavar="FILE:FUNC",
-    help="FUNC(candidate) -> bool from FILE, called before a new version is served; "
-    "a refused version never replaces the one being served.")
+    help="FUNC(candidate) -> bool or (ok, reason) from FILE, called before a new version "
+    "is served; a refused version never replaces the one being served.")
 @option(
     "--admin-token", default=None,
     help="Enables POST /v1/models/{name}:pin and :unpin for requests with "

@@ -130,3 +130,11 @@ def test_graph_servable_errors(tmp_path):
         GraphServable.from_model_file(tmp_path / "missing.py")
     with pytest.raises(Exception, match="ModelSpec"):
         GraphServable(lambda graph, device, mode: None)
+
+
+def test_inputs_that_are_not_a_mapping_name_what_is_expected():
+    # A new user's HotReloadingModel.predict(array) got "unhashable type: 'numpy.ndarray'".
+    with pytest.raises(InvalidArgumentError,
+                       match=r"inputs must be a mapping of input name to array "
+                             r"\(\{'ids': \.\.\., 'x': \.\.\.\}\), got ndarray"):
+        validate_inputs(SIG, np.zeros((1, 2), np.float32))

@@ -171,6 +171,11 @@ def validate_inputs(signature: Signature, inputs: Mapping[str, Any]) -> dict[str
             lossy dtype conversion, a shape that does not fit, or inputs whose batch sizes
             (dim 0, when unknown in the spec) differ. The message names the input.
     """
+    if not isinstance(inputs, Mapping):
+        names = ", ".join(f"{k!r}: ..." for k in sorted(signature.inputs))
+        raise InvalidArgumentError(
+            None, None, f"inputs must be a mapping of input name to array ({{{names}}}), "
+            f"got {type(inputs).__name__}")
     missing = [k for k in signature.inputs if k not in inputs]
     unknown = [k for k in inputs if k not in signature.inputs]
     if missing or unknown:
