@@ -68,7 +68,10 @@ def inspect(prefix_or_dir: str, tensor: str | None, all_tensors: bool, verify: b
             if tensor is not None and tensor.endswith(":0"):
                 tensor = tensor[:-2]
             if tensor is not None and not reader.has_tensor(tensor):
-                fail(f"Key {tensor} not found in checkpoint {reader.path}")
+                names = sorted(reader.get_variable_to_shape_map())
+                shown = ", ".join(names[:10]) + (f", ... ({len(names)} in all)"
+                                                 if len(names) > 10 else "")
+                fail(f"Key {tensor} not found in checkpoint {reader.path}; it has: {shown}")
             shapes = reader.get_variable_to_shape_map()
             dtypes = reader.get_variable_to_dtype_map()
             created = datetime.datetime.fromtimestamp(reader.created_unix_s, datetime.timezone.utc)

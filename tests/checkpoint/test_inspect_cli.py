@@ -50,6 +50,7 @@ def test_prints_values_on_request(ckpts: Path) -> None:
     [
         (["missing"], 1, "Failed to find any matching files for"),
         (["{d}/model.ckpt-7", "--tensor", "nope"], 1, "Key nope not found in checkpoint"),
+        (["{d}/model.ckpt-7", "--tensor", "nope"], 1, "model.ckpt-7.h5; it has: dense0/b, "),
         (["{d}/garbage"], 1, "is corrupt"),
         (["{d}/empty_dir"], 1, "no checkpoint in directory"),
         (["{d}", "--tensor", "x", "--all-tensors"], 2, "mutually exclusive"),
