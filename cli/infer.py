@@ -5,7 +5,8 @@
                 [--free-before-load] [--load-timeout-s S] [--max-load-attempts N]
 
 Exit codes: 0 after a clean shutdown (SIGTERM/SIGINT drain in-flight requests first),
-1 for runtime failures (model file fails to build, port in use), 2 for usage errors. An
+1 for runtime failures (``build_net`` raises, port in use), 2 for usage errors (a model
+file that is missing, does not import or lacks ``build_net``, as for ``trainer run``). An
 expected error prints one line on stderr, no traceback.
 """
 
@@ -24,6 +25,7 @@ import click
 
 from ._common import (
     CONTEXT_SETTINGS,
+    EXIT_USAGE,
     OneLineErrorGroup,
     fail,
     limit_blas_threads,
@@ -227,6 +229,7 @@ def serve(
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     import uvicorn  # here so `infer --help` stays fast
 
+    from ckptsync.model_spec import ModelFileError  # here so `infer --help` stays fast
     from ckptsync.serving.connections import (  # imports uvicorn: here for a fast --help
         fit_to_fd_limit,
         limited_protocol,
@@ -234,6 +237,8 @@ def serve(
 
     try:
         servable = GraphServable.from_model_file(model_file, device)
+    except ModelFileError as e:  # the user's file: a usage error, as for `trainer run`
+        fail(f"cannot build the model from {model_file}: {e}", EXIT_USAGE)
     except Exception as e:
         _fail(f"cannot build the model from {model_file}: {e}")
     try:

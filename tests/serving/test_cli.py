@@ -152,11 +152,11 @@ def test_missing_required_option_is_usage_error(tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1 and "--model" in r.stderr
 
 
-def test_broken_model_file_is_one_line_exit_1(tmp_path):
+def test_broken_model_file_is_one_line_exit_2_as_for_the_trainer(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("raise ImportError('no such thing')\n")
     r = run_infer("serve", "--model", str(bad), "--checkpoint-dir", str(tmp_path))
-    assert r.returncode == 1
+    assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert (
         len(lines) == 1
