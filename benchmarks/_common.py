@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable
+
+
+def fsync_file(path: str) -> None:
+    """fsync of the file at ``path`` (the durability half of a "durable" reference)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def timed(fn: Callable[[], object], number: int) -> float:

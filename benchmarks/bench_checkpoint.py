@@ -38,21 +38,15 @@ from ckptsync.checkpoint import read_checkpoint
 
 try:
     from benchmarks._common import alternate, fmt_row, summary
+    from benchmarks._common import fsync_file as _fsync
 except ImportError:  # run as a script: benchmarks/ is on sys.path
     from _common import alternate, fmt_row, summary  # type: ignore[no-redef]
+    from _common import fsync_file as _fsync  # type: ignore[no-redef]
 
 try:  # optional peer
     import safetensors.numpy as st
 except ImportError:
     st = None
-
-
-def _fsync(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _timed(fn: Callable[[], object]) -> float:

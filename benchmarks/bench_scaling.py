@@ -33,19 +33,16 @@ import numpy as np
 
 from ckptsync.checkpoint import CheckpointReader, _image, read_checkpoint, write_checkpoint
 
+try:
+    from benchmarks._common import fsync_file as _fsync
+except ImportError:  # run as a script
+    from _common import fsync_file as _fsync  # type: ignore[no-redef]
+
 
 def _timed(fn: Callable[[], object]) -> float:
     t = time.perf_counter()
     fn()
     return time.perf_counter() - t
-
-
-def _fsync(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _h5py_write(path: str, arrays: dict[str, np.ndarray]) -> None:
