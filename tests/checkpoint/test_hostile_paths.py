@@ -18,6 +18,7 @@ from ckptsync import checkpoint as ckpt
 from ckptsync.checkpoint.state import NotRegularFileError, read_checkpoint_state
 from ckptsync.errors import CkptsyncValueError
 from ckptsync.serving.source import CheckpointSource
+from tests.helpers import publish_outside
 
 
 def _in_thread(fn):
@@ -91,22 +92,8 @@ def test_inspect_says_what_it_found_in_one_line(fifo_state: Path) -> None:
     assert "not a regular file" in out[0].output
 
 
-def _publish_outside(tmp_path: Path) -> tuple[Path, str]:
-    """ckpts/model.ckpt-5.h5 -> outside/secret.h5, named by a state file written by hand
-    (update_checkpoint_state refuses it too)."""
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    secret = ckpt.write_checkpoint(str(outside / "secret"), {"w": np.ones(2)}, 1)
-    d = tmp_path / "ckpts"
-    d.mkdir()
-    (d / "model.ckpt-5.h5").symlink_to(secret + ".h5")
-    (d / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-5"\n'
-                                  'all_model_checkpoint_paths: "model.ckpt-5"\n')
-    return d, secret
-
-
 def test_a_symlinked_h5_pointing_outside_is_refused_like_an_escape(tmp_path: Path) -> None:
-    d, _ = _publish_outside(tmp_path)
+    d, _ = publish_outside(tmp_path)
     with pytest.raises(CkptsyncValueError, match="resolves outside the checkpoint directory"):
         ckpt.get_checkpoint_state(str(d))
     with pytest.raises(CkptsyncValueError, match="resolves outside"):

@@ -8,9 +8,7 @@ import os
 import subprocess
 from pathlib import Path
 
-import numpy as np
-
-from ckptsync import checkpoint as ckpt
+from tests.helpers import publish_outside
 
 from .conftest import MODEL, cli, env
 
@@ -35,13 +33,7 @@ def test_trainer_run_refuses_a_fifo_state_file_at_once(tmp_path: Path) -> None:
 
 
 def test_trainer_run_does_not_resume_from_a_symlink_outside(tmp_path: Path) -> None:
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    secret = ckpt.write_checkpoint(str(outside / "secret"), {"w": np.ones(2)}, 1)
-    d = tmp_path / "ckpts"
-    d.mkdir()
-    (d / "model.ckpt-5.h5").symlink_to(secret + ".h5")
-    (d / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-5"\n')
+    d, _ = publish_outside(tmp_path)
     done = _train(d)
     assert done.returncode == 1, done.stderr
     last = done.stderr.strip().splitlines()[-1]

@@ -12,6 +12,7 @@ import pytest
 
 from ckptsync.serving import ModelManager
 from ckptsync.serving import _source_process as sp
+from tests.helpers import pid_gone as _gone
 
 from .conftest import publish, wait_until
 
@@ -20,14 +21,6 @@ from .conftest import publish, wait_until
 def _collect_snapshots():
     yield
     gc.collect()  # the managers' snapshots (and their shared memory) go now
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 def test_a_stopped_reader_is_replaced_within_the_load_timeout(tmp_path, mlp):

@@ -17,14 +17,7 @@ from ckptsync.checkpoint import get_checkpoint_state, read_checkpoint, write_che
 from ckptsync.errors import DeadlineExceededError, UnknownError
 from ckptsync.workers import AsyncCheckpointWriter, CheckpointReadProcess, async_writer
 from ckptsync.workers.async_writer import StateUpdate
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
+from tests.helpers import pid_gone as _gone
 
 
 def test_a_stopped_reader_fails_the_read_within_its_timeout_and_is_replaced(
