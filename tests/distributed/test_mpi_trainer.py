@@ -198,7 +198,7 @@ def test_a_rank_that_stops_answering_is_aborted_by_the_collective_watchdog(tmp_p
             os.kill(pids[1], signal.SIGCONT)
     text = err.join()
     out.join()
-    assert seen and job.returncode != 0
+    assert seen and job.returncode != 0, (job.returncode, text)
     assert "did not complete within 3 s" in text and "aborting the job" in text, (
         job.returncode, text)
 

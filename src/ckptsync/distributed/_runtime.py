@@ -141,14 +141,7 @@ def _at_exit() -> None:
         # MPI_Abort ends every rank at once and mpiexec exits with our code; merely exiting
         # unfinalized usually does the same, but not reliably on a loaded machine.
         if _S.size > 1 and _S.comm is not None:
-            for stream in (sys.stdout, sys.stderr):
-                with contextlib.suppress(Exception):
-                    stream.flush()
-            # Give mpiexec's proxy a moment to forward what we wrote: the abort makes it
-            # kill and exit, and output still in its pipe was then lost (seen in CI: a
-            # failing rank's error line missing from mpiexec's stderr).
-            time.sleep(0.2)
-            _S.comm.Abort(_S.fail_code or 1)
+            abort(_S.fail_code or 1)
         return
     _S.mpi.Finalize()
 
@@ -210,10 +203,23 @@ def under_watchdog(what: str) -> Iterator[None]:
         wd.disarm()
 
 
+_OUTPUT_GRACE_S = 0.5
+
+
 def abort(code: int = 1) -> None:
     """Ends every rank of the job at once with ``code`` (``MPI_Abort``); plain exit
-    without MPI."""
+    without MPI.
+
+    What this rank wrote to stdout/stderr is flushed first, and ``mpiexec``'s proxy is
+    given ``0.5 s`` to forward it: the abort makes the proxy kill and exit, and output
+    still in its pipe was then lost (seen in CI: the watchdog's line, and a failing
+    rank's error line, missing from ``mpiexec``'s stderr on a loaded machine).
+    """
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
     if _S.comm is not None and _S.size > 1:
+        time.sleep(_OUTPUT_GRACE_S)
         _S.comm.Abort(code)
     os._exit(code)
 
