@@ -60,6 +60,7 @@ from .initializers import (  # noqa: F401
     truncated_normal_initializer,
     zeros_initializer,
 )
+from .indexed_slices import IndexedSlices  # noqa: F401
 from .model_spec import ModeKeys, ModelSpec  # noqa: F401
 from .ops.array_ops import (  # noqa: F401
     concat,
@@ -110,6 +111,19 @@ from .ops.math_ops import (  # noqa: F401
     subtract,
 )
 from .ops.nn_ops import sigmoid, tanh  # noqa: F401
+from .ops.reduction_ops import *  # noqa: F401,F403
+from .ops.elementwise_ops import *  # noqa: F401,F403
+from .ops.linalg_ops import *  # noqa: F401,F403
+from .ops.clip_ops import *  # noqa: F401,F403
+from .ops.slicing_ops import *  # noqa: F401,F403
+from .ops.manip_ops import *  # noqa: F401,F403
+from .ops.selection_ops import *  # noqa: F401,F403
+from .ops.segment_ops import *  # noqa: F401,F403
+from .ops.embedding_ops import *  # noqa: F401,F403
+from .ops.scatter_ops import *  # noqa: F401,F403
+from .ops.conv_ops import *  # noqa: F401,F403
+from .ops.nn_impl import *  # noqa: F401,F403
+from .ops.control_flow_ops import *  # noqa: F401,F403
 from .ops.random_ops import (  # noqa: F401
     random_normal,
     random_uniform,

@@ -12,7 +12,15 @@ from .ops.nn_ops import (  # noqa: F401
 )
 from .ops.nn_ops import softmax_cross_entropy_with_logits as softmax_cross_entropy_with_logits_v2  # noqa: F401
 
+from .ops import MODULES as _OP_MODULES
+
 __all__ = [
     "bias_add", "log_softmax", "relu", "sigmoid", "softmax", "softmax_cross_entropy_with_logits",
     "softmax_cross_entropy_with_logits_v2", "sparse_softmax_cross_entropy_with_logits", "tanh",
 ]
+
+# The op modules' tf.nn names (each module's NN_EXPORTS), e.g. conv2d, dropout.
+for _module in _OP_MODULES:
+    globals().update({n: getattr(_module, n) for n in _module.NN_EXPORTS})
+    __all__.extend(_module.NN_EXPORTS)
+del _module

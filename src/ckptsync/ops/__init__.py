@@ -1,3 +1,39 @@
-"""Op constructors; each op's numpy kernel and gradient are registered side by side."""
+"""Op constructors; each op's numpy kernel and gradient are registered side by side.
+
+Every module here is imported for its registrations. A module's ``__all__`` is exported as
+``cs.<name>`` and its ``NN_EXPORTS`` as ``cs.nn.<name>`` (see ``ckptsync/__init__.py`` and
+``ckptsync/nn.py``); :data:`MODULES` lists the modules whose names are exported that way.
+"""
 
 from . import array_ops, math_ops, nn_ops, random_ops, state_ops  # noqa: F401  (registration)
+from . import (  # noqa: F401  (registration; exported through __all__ / NN_EXPORTS)
+    reduction_ops,
+    elementwise_ops,
+    linalg_ops,
+    clip_ops,
+    slicing_ops,
+    manip_ops,
+    selection_ops,
+    segment_ops,
+    embedding_ops,
+    scatter_ops,
+    conv_ops,
+    nn_impl,
+    control_flow_ops,
+)
+
+MODULES = (
+    reduction_ops,
+    elementwise_ops,
+    linalg_ops,
+    clip_ops,
+    slicing_ops,
+    manip_ops,
+    selection_ops,
+    segment_ops,
+    embedding_ops,
+    scatter_ops,
+    conv_ops,
+    nn_impl,
+    control_flow_ops,
+)

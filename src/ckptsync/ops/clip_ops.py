@@ -1,0 +1,7 @@
+"""Clipping: clip_by_value, clip_by_norm, clip_by_global_norm, global_norm, as TF1 (issue 17)."""
+
+from __future__ import annotations
+
+__all__: list[str] = []
+# Names also (or only) exported as ``cs.nn.<name>``.
+NN_EXPORTS: tuple[str, ...] = ()

@@ -1,0 +1,7 @@
+"""Control flow: cond, case, while_loop, as TF1 (issue 17)."""
+
+from __future__ import annotations
+
+__all__: list[str] = []
+# Names also (or only) exported as ``cs.nn.<name>``.
+NN_EXPORTS: tuple[str, ...] = ()

@@ -1,0 +1,7 @@
+"""Array manipulation: stack, unstack, split, tile, pad, reverse, broadcast_to and shape ops, as TF1 (issue 17)."""
+
+from __future__ import annotations
+
+__all__: list[str] = []
+# Names also (or only) exported as ``cs.nn.<name>``.
+NN_EXPORTS: tuple[str, ...] = ()

@@ -1,0 +1,7 @@
+"""Selection: gather_nd, where, boolean_mask, one_hot, range, unique, sequence_mask, dynamic_partition, as TF1 (issue 17)."""
+
+from __future__ import annotations
+
+__all__: list[str] = []
+# Names also (or only) exported as ``cs.nn.<name>``.
+NN_EXPORTS: tuple[str, ...] = ()
