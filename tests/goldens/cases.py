@@ -8,6 +8,10 @@ A case is ``def name(tf) -> dict`` with keys:
     fetch: {label: tensor}  (values, static shapes, dtypes and op names are compared)
     grads: optional (label of a fetched float tensor, [tensors to differentiate]);
         the upstream gradient is a fixed random array of the fetched value's shape
+    init: optional bool, run ``global_variables_initializer()`` first
+    before: optional [(op or tensor, times)], each run ``times`` times (with the feeds)
+        after the initializer and before the fetch (training steps, assignments)
+    names: optional [str], op or variable names compared as they are
 A case that raises while building records the error class instead (``raises``).
 
 Only numpy and the standard library may be imported here.

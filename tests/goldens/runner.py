@@ -53,6 +53,9 @@ def run_case(tf: Any, build: Any) -> dict[str, Any]:
                 if init is not None:
                     sess.run(init)
                 feeds = dict(spec["feeds"])
+                for target, times in spec.get("before", []):
+                    for _ in range(times):
+                        sess.run(target, feed_dict=feeds)
                 values = sess.run(dict(fetch), feed_dict=feeds)
                 for k, v in values.items():
                     record["fetch"][k]["value"] = np.asarray(v)
