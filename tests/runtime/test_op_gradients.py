@@ -68,6 +68,15 @@ CASES = {
     "softmax_xent": (lambda a, b: cs.nn.softmax_cross_entropy_with_logits(
         labels=cs.nn.softmax(b), logits=a), [(_any, (3, 4)), (_any, (3, 4))]),
 }
+# conv (more configurations and second order: test_conv_ops.py)
+CASES.update({
+    "conv2d": (lambda a, b: cs.nn.conv2d(a, b, 2, "SAME"),
+               [(_any, (2, 5, 5, 2)), (_any, (3, 3, 2, 2))]),
+    "conv2d_transpose": (lambda a, b: cs.nn.conv2d_transpose(a, b, [2, 5, 5, 3], 2, "SAME"),
+                         [(_any, (2, 3, 3, 2)), (_any, (3, 3, 3, 2))]),
+    "max_pool": (lambda a: cs.nn.max_pool(a, 3, 2, "SAME"), [(_apart, (2, 5, 5, 2))]),
+    "avg_pool": (lambda a: cs.nn.avg_pool(a, 3, 2, "SAME"), [(_any, (2, 5, 5, 2))]),
+})
 
 
 def _numeric(f, x, eps=1e-6):
@@ -122,6 +131,7 @@ def test_every_differentiable_op_type_is_checked():
     internal = {"ReshapeLike", "ConcatGrad", "SumToShape", "MinMaxGrad", "ReduceGrad", "MaxGrad",
                 "ReluGrad", "BiasAddGrad", "XentGrad", "Assign", "AssignAdd", "AssignSub",
                 "ApplyGradientDescent", "ApplyMomentum", "ApplyAdam"}
+    internal |= {"Conv2DBackpropFilter", "MaxPoolGrad", "AvgPoolGrad"}  # test_conv_ops.py
     # The core ops (ckptsync.ops); optimizer and MPI kernels are tested with their modules.
     defs = [get_op_def(t) for t in registered_types()]
     differentiable = {d.type for d in defs if d.gradient is not None
