@@ -29,6 +29,7 @@ OVERLOADABLE_OPERATORS = frozenset({
     "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
     "__rtruediv__", "__matmul__", "__rmatmul__", "__pow__", "__rpow__", "__neg__", "__abs__",
     "__lt__", "__le__", "__gt__", "__ge__",
+    "__getitem__",  # installed by slicing_ops (x[:, 0], x[1:-1, ..., None], x[t])
 })
 
 
@@ -149,6 +150,7 @@ class Tensor:
         def __le__(self, other: Any) -> Tensor: ...
         def __gt__(self, other: Any) -> Tensor: ...
         def __ge__(self, other: Any) -> Tensor: ...
+        def __getitem__(self, key: Any) -> Tensor: ...
 
 
 class Operation:

@@ -15,9 +15,10 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes as _dtypes
-from ..errors import CkptsyncTypeError, CkptsyncValueError
+from ..errors import CkptsyncTypeError, CkptsyncValueError, InvalidArgumentError
 from ..graph import Tensor, get_default_graph
 from ..tensor_shape import TensorShape
+from .const_fold import constant_value, constant_value_as_shape, reshape_static_shape
 from .registry import register, register_special, single
 
 __all__ = [
@@ -105,7 +106,24 @@ def convert_to_tensor(value: Any, dtype: Any = None, name: str | None = None) ->
                 f"Tensor conversion requested dtype {_dtypes.as_dtype(dtype).name} for Tensor "
                 f"with dtype {value.dtype.name}: {value!r}")
         return value
+    if isinstance(value, (list, tuple)) and _has_tensor(value):
+        return _autopack(value, dtype, name or "packed")
     return constant(value, dtype=dtype, name=name or "Const")
+
+
+def _has_tensor(value: Any) -> bool:
+    return any(isinstance(v, Tensor) or isinstance(v, (list, tuple)) and _has_tensor(v)
+               for v in value)
+
+
+def _autopack(value: Any, dtype: Any, name: str) -> Tensor:
+    """A list mixing Python numbers and tensors, packed as TF's autopacking (``Pack``)."""
+    from .manip_ops import stack  # manip_ops builds on this module
+
+    dt = _dtypes.as_dtype(dtype) if dtype is not None else next(
+        (v.dtype for v in value if isinstance(v, Tensor)), None)
+    elems = [convert_to_tensor(v, dtype=dt) for v in value]
+    return stack(elems, name=name)
 
 
 # --------------------------------------------------------------------- reshaping
@@ -115,34 +133,36 @@ def _reshape_grad(op: Any, g: Tensor) -> list[Any]:
 
 @register("Reshape", grad=_reshape_grad)
 def _reshape_kernel(x: np.ndarray, shape: np.ndarray) -> np.ndarray:
-    return np.reshape(x, tuple(int(s) for s in shape))
+    try:
+        return np.reshape(x, tuple(int(s) for s in shape))
+    except ValueError:
+        raise InvalidArgumentError(None, None, f"Input to reshape is a tensor with {x.size} "
+                                   f"values, but the requested shape is {shape.tolist()}") from None
 
 
 def reshape(tensor: Any, shape: Any, name: str | None = None) -> Tensor:
     """Reshapes to ``shape`` (one ``-1`` allowed), as ``tf.reshape``.
 
+    ``shape`` may be a list of ints, a 1-D int tensor (``tf.shape(y)``) or a list mixing
+    ints and scalar tensors (packed); the static shape is read from it as TF does.
+
     Raises:
         ValueError: the static element counts differ (names the op and both shapes).
+        InvalidArgumentError: they differ at run time.
     """
     x = convert_to_tensor(tensor)
-    shp = [int(s) for s in np.asarray(shape).reshape(-1)]
-    n_in = x.shape.num_elements()
-    static: list[int | None] = [None if s == -1 else s for s in shp]
-    if shp.count(-1) > 1:
-        raise CkptsyncValueError(f"Reshape: at most one -1 allowed in shape {shp}.")
-    known = int(np.prod([s for s in shp if s != -1])) if shp else 1
-    if n_in is not None:
-        if -1 in shp:
-            if known == 0 or n_in % known:
-                raise CkptsyncValueError(
-                    f"Reshape: cannot reshape a tensor with {n_in} elements ({x.shape}) to {shp}.")
-            static[shp.index(-1)] = n_in // known
-        elif n_in != known:
-            raise CkptsyncValueError(
-                f"Reshape: cannot reshape a tensor with {n_in} elements ({x.shape}) to shape "
-                f"{shp} ({known} elements).")
-    return single("Reshape", [x, constant(np.asarray(shp, np.int32), name="shape")], x.dtype,
-                  static, name=name)
+    if isinstance(shape, Tensor) or isinstance(shape, (list, tuple)) and _has_tensor(shape):
+        with _graph().name_scope(name or "Reshape") as scope:
+            st = convert_to_tensor(shape, name="shape")
+        name = scope
+        out = constant_value_as_shape(st)
+    else:
+        shp = [int(s) for s in np.asarray(shape).reshape(-1)]
+        if shp.count(-1) > 1:
+            raise CkptsyncValueError(f"Reshape: at most one -1 allowed in shape {shp}.")
+        st = constant(np.asarray(shp, np.int32), name="shape")
+        out = TensorShape([None if s == -1 else s for s in shp])
+    return single("Reshape", [x, st], x.dtype, reshape_static_shape(x.shape, out), name=name)
 
 
 @register("ReshapeLike")
@@ -175,76 +195,144 @@ def transpose(a: Any, perm: Any = None, name: str = "transpose") -> Tensor:
 
 
 def _concat_grad(op: Any, g: Tensor) -> list[Any]:
-    parts = op.graph.create_op("ConcatGrad", [g, *op.inputs], [t.dtype for t in op.inputs],
-                               [t.shape for t in op.inputs], name="ConcatGrad",
-                               attrs={"axis": op.attrs["axis"]}).outputs
-    return list(parts)
+    xs = op.inputs[:-1]
+    parts = op.graph.create_op("ConcatGrad", [g, op.inputs[-1], *xs], [t.dtype for t in xs],
+                               [t.shape for t in xs], name="ConcatGrad").outputs
+    return [*parts, None]
 
 
 @register("ConcatV2", grad=_concat_grad)
-def _concat_kernel(*xs: np.ndarray, axis: int) -> np.ndarray:
-    return np.concatenate(xs, axis=axis)
+def _concat_kernel(*xs: np.ndarray) -> np.ndarray:
+    try:
+        return np.concatenate(xs[:-1], axis=int(xs[-1]))
+    except (ValueError, np.exceptions.AxisError) as e:
+        raise InvalidArgumentError(None, None, f"ConcatV2: {e}") from None
 
 
 @register("ConcatGrad")
-def _concat_grad_kernel(g: np.ndarray, *xs: np.ndarray, axis: int) -> tuple[np.ndarray, ...]:
-    cuts = np.cumsum([x.shape[axis] for x in xs])[:-1]
-    return tuple(np.split(g, cuts, axis=axis))
+def _concat_grad_kernel(g: np.ndarray, axis: np.ndarray, *xs: np.ndarray
+                        ) -> tuple[np.ndarray, ...]:
+    ax = int(axis) % g.ndim
+    return tuple(np.split(g, np.cumsum([x.shape[ax] for x in xs])[:-1], axis=ax))
 
 
-def concat(values: Any, axis: int, name: str = "concat") -> Tensor:
-    """Concatenates along ``axis``, as ``tf.concat``.
+def concat(values: Any, axis: Any, name: str = "concat") -> Tensor:
+    """Concatenates along ``axis`` (an int or a scalar int tensor), as ``tf.concat``
+    (op ``ConcatV2``; one input gives an ``Identity``). Inputs of unknown rank are fine.
 
     Raises:
-        ValueError: ranks, dtypes or the non-concat dims disagree (names the shapes).
+        ValueError: ranks or the non-concat dims disagree (names the shapes), or the axis
+            is out of range.
+        TypeError: dtypes differ.
     """
     xs = [convert_to_tensor(v) for v in values]
     if not xs:
         raise CkptsyncValueError("concat: needs at least one tensor.")
+    if len(xs) == 1:
+        with _graph().name_scope(name):
+            return identity(xs[0], name=name)
     if len({x.dtype for x in xs}) > 1:
         raise CkptsyncTypeError(f"concat: dtypes differ: {[x.dtype.name for x in xs]}.")
     ranks = {x.shape.ndims for x in xs if x.shape.ndims is not None}
     if len(ranks) > 1:
         raise CkptsyncValueError(f"concat: ranks differ: {[str(x.shape) for x in xs]}.")
-    out_shape: Any = None
+    axis_t = convert_to_tensor(axis, name="axis")
+    av = constant_value(axis_t)
+    out: Any = None
     if ranks:
         rank = ranks.pop()
-        ax = axis % rank if rank else 0
-        out = list(xs[0].shape.dims or [])
-        for x in xs[1:]:
-            for i, d in enumerate(x.shape.dims or []):
+        out = [None] * rank
+        if av is not None:
+            ax = int(av)
+            if not -max(rank, 1) <= ax < max(rank, 1):
+                raise CkptsyncValueError(f"concat: axis {ax} is out of range for rank {rank}.")
+            ax %= max(rank, 1)
+            known = [x.shape.dims for x in xs if x.shape.dims is not None]
+            for i in range(rank):
+                col = [d[i] for d in known]
                 if i == ax:
-                    prev = out[i]
-                    out[i] = None if prev is None or d is None else prev + d
-                elif out[i] is not None and d is not None and out[i] != d:
+                    out[i] = None if len(known) < len(xs) or None in col else sum(col)
+                    continue
+                vals = {d for d in col if d is not None}
+                if len(vals) > 1:
                     raise CkptsyncValueError(
                         f"concat: dimension {i} of shapes {[str(t.shape) for t in xs]} differ.")
-        out_shape = out
-        axis = ax
-    return single("ConcatV2", xs, xs[0].dtype, out_shape, name=name, attrs={"axis": axis})
+                out[i] = vals.pop() if vals else None
+    return single("ConcatV2", [*xs, axis_t], xs[0].dtype, out, name=name)
 
 
-def expand_dims(x: Any, axis: int, name: str = "ExpandDims") -> Tensor:
-    t = convert_to_tensor(x)
+@register("ExpandDims", grad=lambda op, g: [_like("ReshapeLike", g, op.inputs[0]), None])
+def _expand_dims_kernel(x: np.ndarray, dim: np.ndarray) -> np.ndarray:
+    return np.expand_dims(x, int(dim))
+
+
+def expand_dims(input: Any, axis: Any = None, name: str | None = None,  # noqa: A002
+                dim: Any = None) -> Tensor:
+    """Inserts a dim of 1 at ``axis`` (an int or scalar int tensor, ``-1`` = last), as
+    ``tf.expand_dims``.
+
+    Raises:
+        ValueError: ``axis`` is out of ``[-rank-1, rank]``.
+    """
+    t = convert_to_tensor(input)
+    axis = dim if axis is None else axis
+    if axis is None:
+        raise CkptsyncValueError("expand_dims: axis is required.")
+    at = convert_to_tensor(axis, name="dim")
+    av = constant_value(at)
     dims = t.shape.dims
-    shp = [-1 if d is None else d for d in (dims or [])]
-    if dims is None:
-        raise CkptsyncValueError("expand_dims: needs a known rank.")
-    ax = axis if axis >= 0 else len(shp) + 1 + axis
-    shp.insert(ax, 1)
-    if shp.count(-1) > 1:
-        raise CkptsyncValueError("expand_dims: at most one unknown dimension supported.")
-    return reshape(t, shp, name=name)
+    out: Any = None
+    if av is not None and dims is not None:
+        ax = int(np.reshape(av, -1)[0])
+        if not -len(dims) - 1 <= ax <= len(dims):
+            raise CkptsyncValueError(
+                f"expand_dims: axis {ax} is out of range for shape {t.shape}.")
+        ax = ax if ax >= 0 else len(dims) + 1 + ax
+        out = [*dims[:ax], 1, *dims[ax:]]
+    return single("ExpandDims", [t, at], t.dtype, out, name=name or "ExpandDims")
 
 
-def squeeze(x: Any, axis: Any = None, name: str = "Squeeze") -> Tensor:
-    t = convert_to_tensor(x)
+@register("Squeeze", grad=lambda op, g: [_like("ReshapeLike", g, op.inputs[0])])
+def _squeeze_kernel(x: np.ndarray, *, squeeze_dims: Any) -> np.ndarray:
+    if not squeeze_dims:
+        return np.squeeze(x)
+    axes = tuple(a % x.ndim for a in squeeze_dims)
+    if any(x.shape[a] != 1 for a in axes):
+        raise InvalidArgumentError(None, None, f"Squeeze: can not squeeze dims {list(axes)} of "
+                                   f"shape {list(x.shape)}, expected a dimension of 1.")
+    return np.squeeze(x, axis=axes)
+
+
+def squeeze(input: Any, axis: Any = None, name: str | None = None,  # noqa: A002
+            squeeze_dims: Any = None) -> Tensor:
+    """Removes dims of size 1 (all of them, or those in ``axis``), as ``tf.squeeze``.
+
+    With ``axis=None`` and a statically unknown dim the output's rank is unknown (as TF);
+    with ``axis`` an unknown dim listed there is taken to be 1 (checked at run time).
+
+    Raises:
+        ValueError: a listed dim is known and not 1, or out of range.
+    """
+    t = convert_to_tensor(input)
+    axis = squeeze_dims if axis is None else axis
+    axes = [] if axis is None else [int(a) for a in np.atleast_1d(axis)]
     dims = t.shape.dims
-    if dims is None:
-        raise CkptsyncValueError("squeeze: needs a known rank.")
-    axes = range(len(dims)) if axis is None else [a % len(dims) for a in np.atleast_1d(axis)]
-    keep = [(-1 if d is None else d) for i, d in enumerate(dims) if not (i in axes and d == 1)]
-    return reshape(t, keep, name=name)
+    out: Any = None
+    if dims is not None:
+        n = len(dims)
+        for a in axes:
+            if not -n <= a < n:
+                raise CkptsyncValueError(f"squeeze: axis {a} is out of range for {t.shape}.")
+            if dims[a] not in (1, None):
+                raise CkptsyncValueError(f"Can not squeeze dim[{a % n}], expected a dimension "
+                                         f"of 1, got {dims[a]} (shape {t.shape}).")
+        if axes:
+            norm = {a % n for a in axes}
+            out = [d for i, d in enumerate(dims) if i not in norm]
+        elif None not in dims:
+            out = [d for d in dims if d != 1]
+    return single("Squeeze", [t], t.dtype, out, name=name or "Squeeze",
+                  attrs={"squeeze_dims": axes})
 
 
 # --------------------------------------------------------------------- filling
@@ -254,23 +342,43 @@ def _fill_kernel(dims: np.ndarray, value: np.ndarray) -> np.ndarray:
 
 
 def fill(dims: Any, value: Any, name: str | None = None) -> Tensor:
-    """A tensor of shape ``dims`` filled with scalar ``value``, as ``tf.fill``."""
-    d = [int(x) for x in np.asarray(dims).reshape(-1)]
+    """A tensor of shape ``dims`` (ints, a 1-D int tensor such as ``tf.shape(x)``, or a
+    list mixing both) filled with scalar ``value``, as ``tf.fill``.
+
+    Raises:
+        ValueError: ``value`` is not a scalar.
+    """
+    d = convert_to_tensor(dims, name="dims")
     v = convert_to_tensor(value)
-    return single("Fill", [constant(np.asarray(d, np.int32), name="dims"), v], v.dtype, d,
-                  name=name or "Fill")
+    if v.shape.ndims not in (0, None):
+        raise CkptsyncValueError(f"Fill: value must be a scalar, got shape {v.shape}.")
+    return single("Fill", [d, v], v.dtype, constant_value_as_shape(d), name=name or "Fill")
+
+
+def _filled(shape: Any, dtype: Any, value: int, name: str) -> Tensor:
+    """TF's zeros/ones: a constant when small (< 1000 elements), else a ``Fill``."""
+    dt = _dtypes.as_dtype(dtype)
+    if not isinstance(shape, Tensor) and not (isinstance(shape, (list, tuple))
+                                              and _has_tensor(shape)):
+        dims = TensorShape(shape).as_list()
+        if int(np.prod(dims)) < 1000:
+            return constant(np.full(dims, value, dt.np), name=name)
+        shape = np.asarray(dims, np.int32)
+    with _graph().name_scope(name) as scope:
+        d = convert_to_tensor(shape, name="shape")
+        if d.shape.ndims == 0:
+            d = reshape(d, [-1])
+        return fill(d, constant(np.asarray(value, dt.np), name="Const"), name=scope)
 
 
 def zeros(shape: Any, dtype: Any = _dtypes.float32, name: str = "zeros") -> Tensor:
-    """All zeros of ``shape``, as ``tf.zeros``."""
-    dt = _dtypes.as_dtype(dtype)
-    return constant(np.zeros(TensorShape(shape).as_list(), dt.np), name=name)
+    """All zeros of ``shape`` (ints, or a shape tensor: then a ``Fill``), as ``tf.zeros``."""
+    return _filled(shape, dtype, 0, name)
 
 
 def ones(shape: Any, dtype: Any = _dtypes.float32, name: str = "ones") -> Tensor:
-    """All ones of ``shape``, as ``tf.ones``."""
-    dt = _dtypes.as_dtype(dtype)
-    return constant(np.ones(TensorShape(shape).as_list(), dt.np), name=name)
+    """All ones of ``shape`` (ints, or a shape tensor: then a ``Fill``), as ``tf.ones``."""
+    return _filled(shape, dtype, 1, name)
 
 
 @register("ZerosLike", not_differentiable=True)
@@ -303,9 +411,12 @@ def _shape_kernel(x: np.ndarray, *, out_type: Any) -> np.ndarray:
 
 
 def shape(x: Any, out_type: Any = _dtypes.int32, name: str | None = None) -> Tensor:
-    """The runtime shape as a 1-D integer tensor, as ``tf.shape``."""
+    """The runtime shape as a 1-D integer tensor, as ``tf.shape`` (a constant when the
+    static shape is fully known, as TF1's graph mode)."""
     t = convert_to_tensor(x)
     dt = _dtypes.as_dtype(out_type)
+    if t.shape.is_fully_defined():  # TF1's optimize=True: a constant
+        return constant(np.asarray(t.shape.as_list(), dt.np), name=name or "Shape")
     return single("Shape", [t], dt, [t.shape.ndims], name=name, attrs={"out_type": dt})
 
 
