@@ -119,6 +119,7 @@ from .ops.slicing_ops import *  # noqa: F401,F403
 from .ops.manip_ops import *  # noqa: F401,F403
 from .ops.selection_ops import *  # noqa: F401,F403
 from .ops.segment_ops import *  # noqa: F401,F403
+from .ops.index_ops import *  # noqa: F401,F403
 from .ops.embedding_ops import *  # noqa: F401,F403
 from .ops.scatter_ops import *  # noqa: F401,F403
 from .ops.conv_ops import *  # noqa: F401,F403
