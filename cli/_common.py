@@ -77,10 +77,11 @@ def option(*names: str, **kw: Any) -> Any:
 
 def limit_blas_threads(n: int) -> None:
     """Caps numpy's BLAS threads: small matmuls run far faster on one thread, and the
-    trainer and the server often share a machine."""
-    from threadpoolctl import threadpool_limits
+    trainer and the server often share a machine (as ``ConfigProto(
+    intra_op_parallelism_threads=n)``, so a session's default does not undo it)."""
+    from ckptsync.session.config import ConfigProto, apply_config  # CLI start-up time
 
-    threadpool_limits(n)
+    apply_config(ConfigProto(intra_op_parallelism_threads=n))
 
 
 def setup_logging(level: str = "INFO", fmt: str = "text") -> None:

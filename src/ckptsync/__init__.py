@@ -18,7 +18,7 @@ Example:
 
 import importlib as _importlib
 
-from . import dtypes, errors, nn  # noqa: F401
+from . import contrib, dtypes, errors, nn  # noqa: F401
 from .device import DeviceSpec  # noqa: F401
 from .dtypes import (  # noqa: F401
     DType,
@@ -44,8 +44,12 @@ from .graph import (  # noqa: F401
     GraphKeys,
     Operation,
     Tensor,
+    add_to_collection,
+    add_to_collections,
     control_dependencies,
     device,
+    get_collection,
+    get_collection_ref,
     get_default_graph,
     name_scope,
     reset_default_graph,
@@ -55,9 +59,11 @@ from .initializers import (  # noqa: F401
     glorot_normal_initializer,
     glorot_uniform_initializer,
     ones_initializer,
+    orthogonal_initializer,
     random_normal_initializer,
     random_uniform_initializer,
     truncated_normal_initializer,
+    variance_scaling_initializer,
     zeros_initializer,
 )
 from .indexed_slices import IndexedSlices  # noqa: F401
@@ -132,7 +138,17 @@ from .ops.random_ops import (  # noqa: F401
     truncated_normal,
 )
 from .ops.state_ops import assign, assign_add, assign_sub, group, no_op  # noqa: F401
-from .session import InteractiveSession, Session, get_default_session  # noqa: F401
+from .session import (  # noqa: F401
+    ConfigProto,
+    GPUOptions,
+    GraphOptions,
+    InteractiveSession,
+    OptimizerOptions,
+    RunMetadata,
+    RunOptions,
+    Session,
+    get_default_session,
+)
 from .tensor_shape import TensorShape  # noqa: F401
 from .variable_scope import (  # noqa: F401
     AUTO_REUSE,
@@ -144,11 +160,16 @@ from .variable_scope import (  # noqa: F401
 )
 from .variables import (  # noqa: F401
     Variable,
+    all_variables,
     global_variables,
     global_variables_initializer,
+    initialize_all_variables,
+    initialize_local_variables,
+    initialize_variables,
     local_variables,
     local_variables_initializer,
     model_variables,
+    moving_average_variables,
     report_uninitialized_variables,
     trainable_variables,
     variables_initializer,

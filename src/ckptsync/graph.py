@@ -29,6 +29,7 @@ from . import dtypes as _dtypes
 from .device import DeviceSpec, canonical_device
 from .errors import CkptsyncRuntimeError, CkptsyncTypeError, CkptsyncValueError
 from .tensor import Operation, Tensor
+from .graph_keys import GraphKeys  # noqa: F401  (re-exported: ckptsync.graph.GraphKeys)
 
 if TYPE_CHECKING:  # typing only: the session package is built on this module
     from .session import Session
@@ -40,6 +41,10 @@ __all__ = [
     "Tensor",
     "get_default_graph",
     "reset_default_graph",
+    "add_to_collection",
+    "add_to_collections",
+    "get_collection",
+    "get_collection_ref",
     "name_scope",
     "device",
     "control_dependencies",
@@ -49,24 +54,6 @@ __all__ = [
 
 _VALID_OP_NAME = re.compile(r"^[A-Za-z0-9.][A-Za-z0-9_.\-/]*$")
 _VALID_SCOPE_NAME = re.compile(r"^[A-Za-z0-9_.\-/>]*$")
-
-
-class GraphKeys:
-    """Standard collection names, as ``tf.GraphKeys``."""
-
-    GLOBAL_VARIABLES = "variables"
-    LOCAL_VARIABLES = "local_variables"
-    TRAINABLE_VARIABLES = "trainable_variables"
-    MODEL_VARIABLES = "model_variables"
-    GLOBAL_STEP = "global_step"
-    SAVERS = "savers"
-    UPDATE_OPS = "update_ops"
-    LOSSES = "losses"
-    INIT_OP = "init_op"
-    LOCAL_INIT_OP = "local_init_op"
-    READY_OP = "ready_op"
-    TRAIN_OP = "train_op"
-    SUMMARIES = "summaries"
 
 
 class Graph:
@@ -152,6 +139,10 @@ class Graph:
             if mark_as_used:
                 self._names_in_use[name.lower()] = 1
         return name
+
+    def is_name_used(self, name: str) -> bool:
+        """Whether an op (or a name scope) already has the exact ``name``."""
+        return name in self._ops_by_name or name.lower() in self._names_in_use
 
     @contextlib.contextmanager
     def name_scope(self, name: str | None) -> Iterator[str]:
@@ -451,3 +442,29 @@ def control_dependencies(control_inputs: Sequence[Any] | None) -> Any:
 
 
 __all__ += ["DeviceSpec"]
+
+
+# --------------------------------------------------------------------- collections
+def add_to_collection(name: str, value: Any) -> None:
+    """Adds ``value`` to collection ``name`` of the default graph, as
+    ``tf.add_to_collection``."""
+    get_default_graph().add_to_collection(name, value)
+
+
+def add_to_collections(names: Any, value: Any) -> None:
+    """Adds ``value`` to each collection of ``names`` (once each), as
+    ``tf.add_to_collections``."""
+    get_default_graph().add_to_collections(names, value)
+
+
+def get_collection(key: str, scope: str | None = None) -> list[Any]:
+    """A copy of the default graph's collection ``key`` (``[]`` if there is none), items
+    whose ``name`` matches the regex ``scope`` from its start when given, as
+    ``tf.get_collection``."""
+    return get_default_graph().get_collection(key, scope)
+
+
+def get_collection_ref(key: str) -> list[Any]:
+    """The default graph's collection ``key`` itself (created empty if missing): changing
+    the list changes the collection, as ``tf.get_collection_ref``."""
+    return get_default_graph().get_collection_ref(key)

@@ -23,7 +23,8 @@ from .ops.state_ops import assign, assign_add, assign_sub, group
 __all__ = [
     "Variable", "global_variables", "trainable_variables", "local_variables", "model_variables",
     "global_variables_initializer", "local_variables_initializer", "variables_initializer",
-    "report_uninitialized_variables",
+    "report_uninitialized_variables", "moving_average_variables", "all_variables",
+    "initialize_all_variables", "initialize_local_variables", "initialize_variables",
 ]
 
 register_special("VariableV2", "variable")
@@ -60,7 +61,13 @@ class Variable:
         if trainable and GraphKeys.TRAINABLE_VARIABLES not in collections:
             collections.append(GraphKeys.TRAINABLE_VARIABLES)
         graph = get_default_graph()
-        scope_name = (name or "Variable").rstrip("/") + ("/" if _exact_name else "")
+        base = (name or "Variable").rstrip("/")
+        # get_variable's exact name; one another op already took is uniquified ("v_1"), as
+        # TF1 (whose variable store still finds it under the name asked for).
+        if _exact_name and graph.is_name_used(base):
+            with graph.name_scope(None):  # unique from the root, as the exact name was
+                base = graph.unique_name(base)
+        scope_name = base + ("/" if _exact_name else "")
         with graph.control_dependencies(None), graph.name_scope(scope_name) as scope:
             with graph.name_scope(_initializer_scope):
                 init = initial_value() if callable(initial_value) else initial_value
@@ -201,6 +208,12 @@ def model_variables(scope: str | None = None) -> list[Variable]:
     return get_default_graph().get_collection(GraphKeys.MODEL_VARIABLES, scope)
 
 
+def moving_average_variables(scope: str | None = None) -> list[Variable]:
+    """Variables in ``MOVING_AVERAGE_VARIABLES`` (those ``ExponentialMovingAverage.apply``
+    averaged), as ``tf.moving_average_variables``."""
+    return get_default_graph().get_collection(GraphKeys.MOVING_AVERAGE_VARIABLES, scope)
+
+
 def variables_initializer(var_list: Any, name: str = "init") -> Operation:
     """One op running every listed variable's initializer, as ``tf.variables_initializer``."""
     return group(*[v.initializer for v in var_list], name=name)
@@ -222,3 +235,10 @@ def report_uninitialized_variables(var_list: Any = None, session: Any = None) ->
     if sess is None:
         return [v.op.name for v in vs]
     return [v.op.name for v in vs if not sess.has_variable(v.op.name)]
+
+
+# TF1's deprecated spellings (still in many programs), the same functions.
+all_variables = global_variables
+initialize_all_variables = global_variables_initializer
+initialize_local_variables = local_variables_initializer
+initialize_variables = variables_initializer

@@ -92,7 +92,7 @@ def test_reads_see_start_of_run_values():
         assert float(sess.run(v)) == 10.0
 
 
-def test_unfed_placeholder_and_bad_feed_shape_raise_invalid_argument():
+def test_unfed_placeholder_raises_invalid_argument_and_a_bad_feed_value_error_as_tf1():
     g = cs.Graph()
     with g.as_default():
         x = cs.placeholder(cs.float32, [None, 3], name="x")
@@ -100,10 +100,27 @@ def test_unfed_placeholder_and_bad_feed_shape_raise_invalid_argument():
     with cs.Session(graph=g) as sess:
         with pytest.raises(InvalidArgumentError, match="must feed a value for placeholder tensor 'x'"):
             sess.run(y)
-        with pytest.raises(InvalidArgumentError, match=r"shape \(2, 2\) for Tensor 'x:0'.*\(\?, 3\)"):
+        # TF1's client checks a fed value before the run: ValueError, not an op error.
+        with pytest.raises(ValueError, match=r"shape \(2, 2\) for Tensor 'x:0'.*\(\?, 3\)"):
             sess.run(y, {x: np.zeros((2, 2))})
-        with pytest.raises(InvalidArgumentError, match="dtype"):
+        with pytest.raises(ValueError, match="dtype"):
             sess.run(y, {x: np.array([["a", "b", "c"]])})
+        with pytest.raises(TypeError, match="Cannot interpret feed_dict key as Tensor.*'nope'"):
+            sess.run(y, {"nope:0": 1.0})
+
+
+def test_a_0d_fetch_is_a_numpy_scalar_as_tf1():
+    g = cs.Graph()
+    with g.as_default():
+        v = cs.Variable(2.0, name="v")
+        s = cs.reduce_sum(v * 3.0)
+        init = cs.global_variables_initializer()
+    with cs.Session(graph=g) as sess:
+        sess.run(init)
+        got = sess.run({"s": s, "v": v, "both": [s, v]})
+        for value in (got["s"], got["v"], *got["both"], sess.run(v)):
+            assert type(value) is np.float32, type(value)
+        assert got["s"] == 6.0
 
 
 def test_uninitialized_variable_read_names_it():
@@ -195,7 +212,7 @@ def test_make_callable_runs_as_run_with_feeds_by_position() -> None:
     np.testing.assert_array_equal(call(xv, 1.0)["y"], [[3.0], [2.0]])
     with pytest.raises(CkptsyncTypeError, match="feeds 2 tensors; got 1"):
         call(xv)
-    with pytest.raises(InvalidArgumentError, match="x"):
+    with pytest.raises(ValueError, match="Cannot feed value of shape"):
         call(np.ones((1, 3), np.float32), 1.0)  # wrong shape, as run says
     with pytest.raises(CkptsyncTypeError, match="unexpected"):
         call(xv, 1.0, options=None)

@@ -91,8 +91,14 @@ def test_pad_step_number_and_save_path_errors(model: Any, tmp_path: Path) -> Non
     sess, v = model
     saver = cs.train.Saver(pad_step_number=True)
     assert saver.save(sess, str(tmp_path / "m"), global_step=v["gs"]) == str(tmp_path / "m-00000000")
-    with pytest.raises(ValueError, match="Parent directory of .* doesn't exist, can't save."):
-        saver.save(sess, str(tmp_path / "missing" / "m"))
+    # A missing parent directory is made, as TF1's Saver; a file in its place is refused.
+    assert saver.save(sess, str(tmp_path / "missing" / "deeper" / "m")) == str(
+        tmp_path / "missing" / "deeper" / "m")
+    assert cs.train.latest_checkpoint(str(tmp_path / "missing" / "deeper")) == str(
+        tmp_path / "missing" / "deeper" / "m")
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ValueError, match="Parent directory of .* is not a directory"):
+        saver.save(sess, str(tmp_path / "afile" / "m"))
     with pytest.raises(ValueError, match="collides with"):
         saver.save(sess, str(tmp_path / "checkpoint"))
     with pytest.raises(ValueError, match="must not contain path components"):
@@ -293,3 +299,21 @@ def test_async_relative_prefixes_follow_the_working_directory(
         saver.wait_until_finished()
     assert sorted(os.listdir(tmp_path / "a/ckpts")) == ["checkpoint", "m-1.h5"]
     assert sorted(os.listdir(tmp_path / "b/ckpts")) == ["checkpoint", "m-2.h5"]
+
+
+def test_one_saver_into_two_directories_keeps_each_state_file_to_its_own(
+        model: Any, tmp_path: Path) -> None:
+    # TF1 saves into both and counts max_to_keep across them; each state file here lists
+    # only its own directory's checkpoints (readers refuse paths outside a directory).
+    sess, v = model
+    saver = cs.train.Saver(max_to_keep=2)
+    a, b = tmp_path / "a", tmp_path / "b"
+    pa = saver.save(sess, str(a / "model.ckpt"), global_step=1)
+    pb = saver.save(sess, str(b / "model.ckpt"), global_step=2)
+    assert cs.train.latest_checkpoint(str(a)) == pa and cs.train.latest_checkpoint(str(b)) == pb
+    assert cs.train.get_checkpoint_state(str(b)).all_model_checkpoint_paths == [pb]
+    assert saver.last_checkpoints == [pa, pb]
+    pb3 = saver.save(sess, str(b / "model.ckpt"), global_step=3)
+    assert saver.last_checkpoints == [pb, pb3]  # a's was the oldest of the three
+    assert not any(p.name.startswith("model.ckpt-1") for p in a.iterdir())
+    assert cs.train.get_checkpoint_state(str(b)).all_model_checkpoint_paths == [pb, pb3]

@@ -187,9 +187,9 @@ class PreflightHook(SessionRunHook):
             for i in range(0, n, EVAL_BATCH):
                 session.run(self._spec.loss,
                             {feeds[k]: v[i:i + EVAL_BATCH] for k, v in self._train.items()})
-        except InvalidArgumentError as e:
+        except (InvalidArgumentError, ValueError) as e:  # a kernel's, or a feed's (as TF1)
             raise DataError(f"The training data from {self._source} does not fit the model: "
-                            f"{e.message}") from None
+                            f"{getattr(e, 'message', e)}") from None
 
 
 @dataclass(frozen=True)

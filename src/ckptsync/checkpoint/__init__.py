@@ -31,7 +31,7 @@ Example:
     (2, 3)
 """
 
-from ._atomic import sweep_temp_files
+from ._atomic import op_error_from_os_error, sweep_temp_files
 from .management import (
     NewCheckpointReader,
     checkpoint_exists,
@@ -55,6 +55,7 @@ from .state import (
 from .writer import write_checkpoint
 
 __all__ = [
+    "op_error_from_os_error",
     "write_checkpoint",
     "read_checkpoint",
     "CheckpointReader",

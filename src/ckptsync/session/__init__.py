@@ -5,6 +5,8 @@ Modules, in the order a run uses them:
 ==================== =================================================================
 ``session``          :class:`Session`, :class:`InteractiveSession`: feeds, fetches,
                      the variable values, the plan cache, ``run``/``make_callable``.
+``config``           :class:`~.config.ConfigProto` (the BLAS thread cap) and TF1's
+                     other option records.
 ``fetches``          :class:`~.fetches.FetchMapper`: nested fetches <-> a flat list.
 ``planner``          :func:`~.planner.compile_plan`, the one planner: prune, order,
                      one step per kernel call.
@@ -20,6 +22,16 @@ The default-session stack lives beside the default graph, in :mod:`ckptsync.grap
 """
 
 from ..graph import get_default_session
+from .config import (
+    ConfigProto,
+    GPUOptions,
+    GraphOptions,
+    OptimizerOptions,
+    RunMetadata,
+    RunOptions,
+)
 from .session import ArrayCallable, InteractiveSession, Session
 
-__all__ = ["Session", "InteractiveSession", "get_default_session", "ArrayCallable"]
+__all__ = ["Session", "InteractiveSession", "get_default_session", "ArrayCallable",
+           "ConfigProto", "GPUOptions", "GraphOptions", "OptimizerOptions", "RunOptions",
+           "RunMetadata"]

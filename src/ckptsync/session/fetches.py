@@ -6,6 +6,8 @@ tensors, operations, variables or their names, as TF1's ``_FetchMapper``.
 
 from __future__ import annotations
 
+import numpy as np
+
 from collections.abc import Mapping
 from typing import Any
 
@@ -90,7 +92,9 @@ class FetchMapper:
 
 def _build(spec: Any, values: list[Any]) -> Any:
     if isinstance(spec, int):
-        return values[spec]
+        v = values[spec]
+        # A 0-d value comes back as a numpy scalar (np.float32(6.0)), as TF1's Session.run.
+        return v[()] if type(v) is np.ndarray and v.ndim == 0 else v
     kind, typ, keys, subs = spec
     items = [_build(s, values) for s in subs]
     if kind == "dict":

@@ -28,12 +28,14 @@ import numpy as np
 from ..errors import (
     CkptsyncRuntimeError,
     CkptsyncTypeError,
+    CkptsyncValueError,
     FailedPreconditionError,
     InvalidArgumentError,
     OpError,
 )
 from ..graph import Graph, Operation, Tensor, default_session, get_default_graph
 from ..variables import Variable
+from .config import apply_config
 from .fetches import FetchMapper
 from .plan import Plan, RunContext
 from .planner import compile_plan
@@ -47,8 +49,14 @@ class Session:
     """Runs ops and evaluates tensors of one graph, as ``tf.Session``.
 
     Args:
-        target, config: accepted for TF1 compatibility; ignored.
+        target: accepted for TF1 compatibility (in-process only).
         graph: default: the default graph.
+        config: a :class:`~.config.ConfigProto`; its ``intra_op_parallelism_threads``
+            caps numpy's BLAS threads for the process (``0``/``None``: at most 4, only
+            ever lowering; see :mod:`.config`).
+
+    Raises:
+        TypeError: ``config`` is not a ``ConfigProto``.
 
     Example:
         >>> import ckptsync as cs
@@ -62,6 +70,7 @@ class Session:
     """
 
     def __init__(self, target: str = "", graph: Graph | None = None, config: Any = None):
+        apply_config(config)
         self.graph = graph if graph is not None else get_default_graph()
         self._vars: dict[str, np.ndarray] = {}
         self._rngs: dict[str, np.random.Generator] = {}
@@ -170,8 +179,10 @@ class Session:
 
         Raises:
             RuntimeError: the session is closed.
-            InvalidArgumentError: a needed placeholder was not fed; a fed value's shape or
-                dtype does not fit the tensor (names it and both shapes); a kernel failed.
+            ValueError: a fed value's shape or dtype does not fit the tensor (names it and
+                both shapes), as TF1's client.
+            TypeError: a feed key is not a tensor of this graph, as TF1.
+            InvalidArgumentError: a needed placeholder was not fed; a kernel failed.
             FailedPreconditionError: a variable was read before it was initialized.
         """
         if type(fetches) is Variable and not feed_dict and params is None and (
@@ -179,7 +190,7 @@ class Session:
             # One variable's value (a hook's global step): what the plan would return.
             value = self._vars.get(fetches.op.name)
             if value is not None:
-                return value
+                return value[()] if value.ndim == 0 else value
         if self._closed:
             raise CkptsyncRuntimeError("Attempted to use a closed Session.")
         mapper = self._mapper_for(fetches)
@@ -310,7 +321,11 @@ class Session:
         return mapper
 
     def _feed_tensor(self, key: Any) -> Tensor:
-        el = self.graph.as_graph_element(key, allow_tensor=True, allow_operation=False)
+        try:
+            el = self.graph.as_graph_element(key, allow_tensor=True, allow_operation=False)
+        except (TypeError, ValueError, KeyError) as e:
+            msg = e.args[0] if e.args else str(e)
+            raise CkptsyncTypeError(f"Cannot interpret feed_dict key as Tensor: {msg}") from None
         assert isinstance(el, Tensor)
         return el
 
@@ -343,21 +358,20 @@ def _convert_feed(t: Tensor, value: Any) -> np.ndarray:
     try:
         arr = np.asarray(value)
     except (TypeError, ValueError) as e:
-        raise InvalidArgumentError(
-            None, t.op, f"Cannot feed value for Tensor '{t.name}': {e}") from None
+        raise CkptsyncValueError(f"Cannot feed value for Tensor '{t.name}': {e}") from None
     if arr.dtype != want:
         if arr.dtype.kind not in "biufc" or not (
                 np.can_cast(arr.dtype, want, "same_kind")
                 or (arr.dtype.kind in "iub" and want.kind in "iu")):
-            raise InvalidArgumentError(
-                None, t.op, f"Cannot feed value of dtype {arr.dtype} for Tensor '{t.name}', which "
-                f"has dtype {t.dtype.name}.")
+            raise CkptsyncValueError(
+                f"Cannot feed value of dtype {arr.dtype} for Tensor '{t.name}', which has "
+                f"dtype {t.dtype.name}.")
         arr = arr.astype(want)
     dims = t.shape.dims
     if dims is not None and (len(dims) != arr.ndim or any(
             d is not None and d != n for d, n in zip(dims, arr.shape))):
         shape = "(" + ", ".join(str(d) for d in arr.shape) + ("," if arr.ndim == 1 else "") + ")"
-        raise InvalidArgumentError(
-            None, t.op, f"Cannot feed value of shape {shape} for Tensor '{t.name}', which has "
+        raise CkptsyncValueError(
+            f"Cannot feed value of shape {shape} for Tensor '{t.name}', which has "
             f"shape '{t.shape}'")
     return arr

@@ -50,6 +50,7 @@ from ..errors import (
     NotFoundError,
 )
 from ..workers import AsyncCheckpointWriter, StateUpdate
+from .saver_paths import prepare_save_path
 from .saver_vars import build_var_map, check_session_graph, get_default_graph_step
 
 __all__ = ["Saver"]
@@ -218,7 +219,7 @@ class Saver:
             ``pending_saves`` (after ``poll_saves()`` or a later save) no longer lists it.
 
         Raises:
-            ValueError: the parent directory is missing; ``latest_filename`` has a
+            ValueError: the parent path is not a directory; ``latest_filename`` has a
                 directory part or the prefix collides with it.
             ResourceExhaustedError, PermissionDeniedError, DataLossError, UnknownError: the
                 write failed (names the path); nothing partial is left and the state file
@@ -229,23 +230,11 @@ class Saver:
         if self._is_empty:
             return None
         latest_filename = latest_filename or "checkpoint"
-        if os.path.split(latest_filename)[0]:
-            raise CkptsyncValueError("'latest_filename' must not contain path components")
         step: int | None = None
         if global_step is not None:
             step = int(global_step) if isinstance(global_step, (int, np.integer)) else \
                 int(sess.run(global_step))
-            prefix = f"{save_path}-{step:08d}" if self._pad else f"{save_path}-{step}"
-        else:
-            prefix = os.fspath(save_path)
-            if os.path.basename(prefix) == latest_filename:
-                raise CkptsyncValueError(
-                    f"'latest_filename' collides with 'save_path': '{latest_filename}' and "
-                    f"'{save_path}'")
-        save_dir = os.path.dirname(prefix) or "."
-        if not os.path.isdir(save_dir):
-            raise CkptsyncValueError(
-                f"Parent directory of {save_path} doesn't exist, can't save.")
+        prefix, save_dir = prepare_save_path(save_path, step, self._pad, latest_filename)
         if self._relative_cached or not os.path.isabs(save_dir):
             try:
                 cwd: str | None = os.getcwd()
@@ -281,11 +270,18 @@ class Saver:
         return prefix
 
     def _record(self, prefix: str) -> tuple[list[str], list[str]]:
-        """Records ``prefix``; returns (prefixes to delete, prefixes the state lists)."""
+        """Records ``prefix``; returns (prefixes to delete, prefixes the state lists).
+
+        Retention spans every directory this Saver wrote to, as TF1's ``max_to_keep``;
+        a directory's state file lists only the checkpoints in it (TF1 would list the
+        other directories' too, which readers here refuse as outside paths)."""
         if not self._max_to_keep:
             return [], [prefix]
         evicted = self._retention.record(prefix, time.time())
-        return evicted, self._retention.last_checkpoints
+        here = os.path.dirname(self._absolute(prefix))
+        kept = [p for p in self._retention.last_checkpoints
+                if os.path.dirname(self._absolute(p)) == here]
+        return evicted, kept
 
     def _save_async(self, prefix: str, save_dir: str, latest_filename: str,
                     named: dict[str, np.ndarray], gs: int | None,
