@@ -66,7 +66,7 @@ from .initializers import (  # noqa: F401
     variance_scaling_initializer,
     zeros_initializer,
 )
-from .indexed_slices import IndexedSlices  # noqa: F401
+from .indexed_slices import IndexedSlices, IndexedSlicesValue  # noqa: F401
 from .model_spec import ModeKeys, ModelSpec  # noqa: F401
 from .ops.array_ops import (  # noqa: F401
     concat,

@@ -1,9 +1,14 @@
 """Symbolic reverse-mode differentiation, as ``tf.gradients``.
 
 Walks the ops between ``xs`` and ``ys`` in reverse creation order (a topological order:
-an op's inputs always exist before it), sums the gradients arriving at each tensor with
-``add_n``, and calls each op's registered gradient function. The per-op rules live beside
-the kernels in :mod:`ckptsync.ops`; this module only walks the graph.
+an op's inputs always exist before it), sums the gradients arriving at each tensor, and
+calls each op's registered gradient function. The per-op rules live beside the kernels in
+:mod:`ckptsync.ops`; this module only walks the graph.
+
+Sparse gradients, as TF: gradients that are all ``IndexedSlices`` add up to one
+``IndexedSlices`` (values and indices concatenated); a mix with dense ones adds up dense
+(``add_n``). An ``IndexedSlices`` reaching an op whose gradient function needs a dense
+tensor is converted (``convert_to_tensor``); only ``Identity`` passes it on as it is.
 """
 
 from __future__ import annotations
@@ -12,13 +17,18 @@ from typing import Any
 
 import numpy as np
 
+from . import dtypes as _dtypes
 from .errors import CkptsyncTypeError, CkptsyncValueError
 from .graph import Operation, Tensor
-from .ops.array_ops import constant, convert_to_tensor, ones_like
-from .ops.math_ops import add_n
+from .indexed_slices import IndexedSlices
+from .ops.array_ops import concat, constant, convert_to_tensor, ones_like
+from .ops.math_ops import add_n, cast
 from .ops.registry import get_op_def
 
 __all__ = ["gradients"]
+
+# Op types whose gradient function takes an IndexedSlices as it is (TF's Identity).
+_SPARSE_THROUGH = frozenset({"Identity"})
 
 
 def _as_tensor(x: Any) -> Tensor:
@@ -42,11 +52,15 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, name: str = "gradients",
         ys: a tensor or list of tensors to differentiate.
         xs: a tensor/variable or list of them.
         grad_ys: initial gradients, one per ``y`` (default ones of ``y``'s shape).
-        stop_gradients: tensors treated as constants.
+        stop_gradients: tensors whose ops are treated as constants, as TF: no gradient
+            flows back through the op of a stop tensor (through none of its outputs),
+            while the gradient *at* the tensor is still computed (a stop tensor that is
+            also in ``xs`` gets its gradient); other paths are unaffected.
 
     Returns:
-        One tensor per ``x``, or ``None`` where ``x`` does not affect ``ys``. Gradients
-        reaching a tensor along several paths are summed.
+        One tensor (or ``IndexedSlices``, from ``gather``/``embedding_lookup``) per ``x``,
+        or ``None`` where ``x`` does not affect ``ys``. Gradients reaching a tensor along
+        several paths are summed.
 
     Raises:
         LookupError: an op on the path has no registered gradient.
@@ -54,7 +68,8 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, name: str = "gradients",
     """
     y_list = [_as_tensor(y) for y in _as_list(ys)]
     x_list = [_as_tensor(x) for x in _as_list(xs)]
-    stops = {id(_as_tensor(s)) for s in _as_list(stop_gradients)} if stop_gradients else set()
+    stop_ops = {id(_as_tensor(t).op) for t in _as_list(stop_gradients)} \
+        if stop_gradients is not None else set()
     gy_list = _as_list(grad_ys) if grad_ys is not None else [None] * len(y_list)
     if len(gy_list) != len(y_list):
         raise CkptsyncValueError(
@@ -63,8 +78,7 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, name: str = "gradients",
         return [None] * len(x_list)
     graph = y_list[0].graph
 
-    # Ops that lie on a path from some x to some y.
-    x_ops = {id(x) for x in x_list}
+    # Ops that lie on a path from some x to some y (TF's between ops; stop ops included).
     reach_back: dict[int, Operation] = {}
     stack = [y.op for y in y_list]
     while stack:
@@ -72,17 +86,15 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, name: str = "gradients",
         if id(op) in reach_back:
             continue
         reach_back[id(op)] = op
-        for t in op.inputs:
-            if id(t) not in stops:
-                stack.append(t.op)
+        stack.extend(t.op for t in op.inputs)
     between: list[Operation] = []
-    forward_ok: set[int] = set(x_ops)  # tensor ids influenced by xs
+    forward_ok: set[int] = {id(x) for x in x_list}  # tensor ids influenced by xs
     for op in sorted(reach_back.values(), key=lambda o: o._id):
-        if any(id(t) in forward_ok and id(t) not in stops for t in op.inputs):
+        if any(id(t) in forward_ok for t in op.inputs):
             between.append(op)
             forward_ok.update(id(t) for t in op.outputs)
 
-    pending: dict[int, list[Tensor]] = {}
+    pending: dict[int, list[Any]] = {}
     with graph.name_scope(name):
         for y, gy in zip(y_list, gy_list):
             if gy is not None:
@@ -93,6 +105,8 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, name: str = "gradients",
                 g0 = ones_like(y)
             pending.setdefault(id(y), []).append(g0)
         for op in reversed(between):
+            if id(op) in stop_ops:
+                continue
             out_grads = [_aggregate(pending.get(id(t))) for t in op.outputs]
             if all(g is None for g in out_grads):
                 continue
@@ -103,21 +117,34 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, name: str = "gradients",
                 raise LookupError(
                     f"No gradient defined for operation '{op.name}' (op type: {op.type}).")
             with graph.name_scope(op.name + "_grad"):
+                if op.type not in _SPARSE_THROUGH:
+                    out_grads = [convert_to_tensor(g) if isinstance(g, IndexedSlices) else g
+                                 for g in out_grads]
                 in_grads = op_def.gradient(op, *out_grads)
             if len(in_grads) != len(op.inputs):
                 raise CkptsyncValueError(
                     f"Gradient function for {op.type} returned {len(in_grads)} gradients for "
                     f"{len(op.inputs)} inputs.")
             for t, gi in zip(op.inputs, in_grads):
-                if gi is None or id(t) in stops or not (t.dtype.is_floating or t.dtype.is_complex):
+                if gi is None or not (t.dtype.is_floating or t.dtype.is_complex):
                     continue
                 pending.setdefault(id(t), []).append(gi)
         return [_aggregate(pending.get(id(x))) for x in x_list]
 
 
-def _aggregate(grads: list[Tensor] | None) -> Tensor | None:
+def _aggregate(grads: list[Any] | None) -> Any:
+    """The sum of the gradients reaching one tensor, as TF's ``_AggregatedGrads``: dense
+    ones with ``add_n`` (IndexedSlices among them converted), all-``IndexedSlices`` ones
+    concatenated (indices as int64 where their dtypes differ)."""
     if not grads:
         return None
     if len(grads) == 1:
         return grads[0]
-    return add_n(grads)
+    if not all(isinstance(g, IndexedSlices) for g in grads):
+        return add_n([convert_to_tensor(g) if isinstance(g, IndexedSlices) else g
+                      for g in grads])
+    idx_dtypes = {g.indices.dtype for g in grads}
+    indices = [g.indices if len(idx_dtypes) == 1 else cast(g.indices, _dtypes.int64)
+               for g in grads]
+    return IndexedSlices(concat([g.values for g in grads], 0), concat(indices, 0),
+                         grads[0].dense_shape)

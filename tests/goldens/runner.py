@@ -41,6 +41,10 @@ def run_case(tf: Any, build: Any) -> dict[str, Any]:
                 y = fetch[label]
                 grad_ys = tf.placeholder(y.dtype.base_dtype, y.get_shape(), name="grad_ys")
                 grad_tensors = tf.gradients(y, xs, grad_ys=grad_ys)
+                # An IndexedSlices gradient (gather, embedding_lookup) is compared dense:
+                # TF's sess.run would give an IndexedSlicesValue.
+                grad_tensors = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices)
+                                else g for g in grad_tensors]
             init = tf.global_variables_initializer() if spec.get("init") else None
         except Exception as e:  # noqa: BLE001 - the class is the record
             return {"error": _error_names(e)}

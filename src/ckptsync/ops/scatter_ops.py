@@ -1,7 +1,225 @@
-"""Variable row updates: scatter_update, scatter_add, as TF1 (issue 17)."""
+"""Row updates of variables (``scatter_update``, ``scatter_add``, ``scatter_sub``, as TF1's
+``tf.scatter_*`` ref ops) and the kernels behind ``IndexedSlices``: their conversion to a
+dense tensor and the summing of duplicate indices an optimizer's ``_apply_sparse`` needs.
+
+A scatter writes only the rows it names: O(rows x row size), never a copy of the whole
+variable, when the session's array of the variable is held by nobody else (no value of
+this run, no fetch a caller still holds, no snapshot: counted by the array's references)
+— the training step of an embedding. Otherwise the rows land in a copy, so every read
+still sees the value it was promised (start-of-run, see :mod:`.state_ops`). An in-place
+update is visible to later reads in the same run that read the variable themselves
+(``ResourceGather``), as TF1's ref ops are.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
-# Names also (or only) exported as ``cs.nn.<name>``.
+import sys
+import warnings
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes as _dtypes
+from ..errors import CkptsyncTypeError, CkptsyncValueError, InvalidArgumentError
+from ..graph import Operation, Tensor
+from ..indexed_slices import IndexedSlices
+from ..tensor_shape import TensorShape
+from .array_ops import convert_to_tensor
+from .registry import make_op, register, single
+
+__all__ = ["scatter_update", "scatter_add", "scatter_sub"]
 NN_EXPORTS: tuple[str, ...] = ()
+
+#: From this many elements a conversion of IndexedSlices to dense warns (TF1's number).
+LARGE_SPARSE_NUM_ELEMENTS = 100_000_000
+# References to a variable's array held by the session's dict, a kernel's local name and
+# sys.getrefcount's own argument: more means someone else holds it.
+_OWNED_REFS = 3
+
+
+def check_indices(op: Operation, indices: np.ndarray, n: int) -> np.ndarray:
+    """``indices`` as an integer array, each in ``[0, n)`` (else InvalidArgumentError
+    naming the first bad one, as TF's CPU kernels)."""
+    idx = np.asarray(indices)
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        flat = idx.reshape(-1)
+        k = int(np.flatnonzero((flat < 0) | (flat >= n))[0])
+        raise InvalidArgumentError(
+            None, op, f"{op.type} op '{op.name}': indices[{k}] = {int(flat[k])} is not in "
+            f"[0, {n})")
+    return idx
+
+
+# --------------------------------------------------------------------- scatter kernels
+def _writable_value(ctx: Any, name: str) -> tuple[np.ndarray, bool]:
+    """The variable's array to update and whether it is updated in place (see the module
+    docstring); a copy otherwise."""
+    if name in ctx.writes:  # an earlier write of this run: on a copy of it
+        return np.array(ctx.writes[name], copy=True), False
+    arr = ctx.read(name)
+    if (sys.getrefcount(arr) <= _OWNED_REFS and arr.flags.writeable
+            and arr.flags.c_contiguous and arr.base is None):
+        return arr, True
+    return np.array(arr, copy=True), False
+
+
+def _scatter(ctx: Any, op: Operation, updates: np.ndarray, indices: np.ndarray,
+             how: str) -> np.ndarray:
+    name = op.inputs[0].op.name
+    arr = _writable_value(ctx, name)[0]
+    idx = check_indices(op, indices, arr.shape[0] if arr.ndim else 0)
+    upd = np.asarray(updates, dtype=arr.dtype)
+    want = idx.shape + arr.shape[1:]
+    if upd.shape != want and upd.ndim != 0:
+        raise InvalidArgumentError(
+            None, op, f"{op.type} op '{op.name}': updates must have shape indices.shape + "
+            f"ref.shape[1:] = {list(want)} or [], got {list(upd.shape)}")
+    if how == "update":
+        arr[idx] = upd
+    elif how == "add":
+        np.add.at(arr, idx, upd)
+    else:
+        np.subtract.at(arr, idx, upd)
+    ctx.write(name, arr)
+    return arr
+
+
+@register("ScatterUpdate", kind="stateful", ref_inputs=(0,), not_differentiable=True)
+def _scatter_update_kernel(ctx: Any, op: Operation, _ref: None, indices: np.ndarray,
+                           updates: np.ndarray) -> np.ndarray:
+    return _scatter(ctx, op, updates, indices, "update")
+
+
+@register("ScatterAdd", kind="stateful", ref_inputs=(0,), not_differentiable=True)
+def _scatter_add_kernel(ctx: Any, op: Operation, _ref: None, indices: np.ndarray,
+                        updates: np.ndarray) -> np.ndarray:
+    return _scatter(ctx, op, updates, indices, "add")
+
+
+@register("ScatterSub", kind="stateful", ref_inputs=(0,), not_differentiable=True)
+def _scatter_sub_kernel(ctx: Any, op: Operation, _ref: None, indices: np.ndarray,
+                        updates: np.ndarray) -> np.ndarray:
+    return _scatter(ctx, op, updates, indices, "sub")
+
+
+def _scatter_op(op_type: str, ref: Any, indices: Any, updates: Any, name: str | None) -> Tensor:
+    r = ref._as_graph_element() if hasattr(ref, "_as_graph_element") else ref
+    if not isinstance(r, Tensor) or r.op.type != "VariableV2":
+        raise CkptsyncTypeError(f"{op_type}: ref must be a variable, got {ref!r}.")
+    idx = convert_to_tensor(indices)
+    if idx.dtype not in (_dtypes.int32, _dtypes.int64):
+        raise CkptsyncTypeError(
+            f"{op_type}: indices must be int32 or int64, got {idx.dtype.name}.")
+    upd = convert_to_tensor(updates, dtype=r.dtype if not hasattr(updates, "dtype") else None)
+    if upd.dtype != r.dtype:
+        raise CkptsyncTypeError(f"{op_type}: updates of dtype {upd.dtype.name} do not match "
+                                f"variable {r.op.name} of dtype {r.dtype.name}.")
+    if r.shape.dims is not None and idx.shape.dims is not None and upd.shape.dims is not None \
+            and upd.shape.ndims != 0:
+        want = TensorShape(idx.shape.as_list() + r.shape.as_list()[1:])
+        if not want.is_compatible_with(upd.shape):
+            raise CkptsyncValueError(
+                f"{op_type}: shapes of updates {upd.shape} and indices {idx.shape} do not fit "
+                f"variable {r.op.name} of shape {r.shape}: updates.shape must be "
+                f"indices.shape + ref.shape[1:] = {want}.")
+    return single(op_type, [r, idx, upd], r.dtype, r.shape, name=name or op_type)
+
+
+def scatter_update(ref: Any, indices: Any, updates: Any, use_locking: Any = True,
+                   name: str | None = None) -> Tensor:
+    """Sets rows ``ref[indices[i]] = updates[i]`` of a variable, as TF1's
+    ``tf.scatter_update``; returns the variable's new value (``ref``'s dtype and shape).
+
+    Args:
+        ref: a variable ``[n, *rest]``.
+        indices: int32/int64 ``[*idx]``, each in ``[0, n)``; for a repeated index one of
+            its updates wins (the last here).
+        updates: ``[*idx, *rest]`` of ``ref``'s dtype, or a scalar.
+
+    Raises:
+        TypeError: ``ref`` is no variable; dtypes do not match.
+        ValueError: static shapes do not fit.
+        InvalidArgumentError: (run time) an index out of range.
+    """
+    return _scatter_op("ScatterUpdate", ref, indices, updates, name)
+
+
+def scatter_add(ref: Any, indices: Any, updates: Any, use_locking: Any = False,
+                name: str | None = None) -> Tensor:
+    """Adds ``updates[i]`` to rows ``ref[indices[i]]`` (repeated indices add up), as TF1's
+    ``tf.scatter_add``; arguments and errors as :func:`scatter_update`."""
+    return _scatter_op("ScatterAdd", ref, indices, updates, name)
+
+
+def scatter_sub(ref: Any, indices: Any, updates: Any, use_locking: Any = False,
+                name: str | None = None) -> Tensor:
+    """Subtracts ``updates[i]`` from rows ``ref[indices[i]]`` (repeated indices add up),
+    as TF1's ``tf.scatter_sub``; arguments and errors as :func:`scatter_update`."""
+    return _scatter_op("ScatterSub", ref, indices, updates, name)
+
+
+# --------------------------------------------------------------------- IndexedSlices -> dense
+def _to_dense_grad(op: Operation, g: Tensor) -> list[Any]:
+    # d dense / d values[i] = g[indices[i]] (TF's UnsortedSegmentSum gradient).
+    from .embedding_ops import gather  # here: embedding_ops imports this module (cycle)
+    return [gather(g, op.inputs[1]), None, None]
+
+
+@register("IndexedSlicesToDense", grad=_to_dense_grad)
+def _to_dense_kernel(values: np.ndarray, indices: np.ndarray,
+                     dense_shape: np.ndarray) -> np.ndarray:
+    shape = tuple(int(d) for d in dense_shape)
+    idx = np.asarray(indices).reshape(-1)
+    if idx.size and (idx.min() < 0 or idx.max() >= shape[0]):
+        raise IndexError(f"IndexedSlices index out of range [0, {shape[0]}) converting to dense")
+    out = np.zeros(shape, dtype=values.dtype)
+    np.add.at(out, idx, values.reshape((idx.size,) + shape[1:]))
+    return out
+
+
+def indexed_slices_to_dense(slices: IndexedSlices, name: str = "UnsortedSegmentSum") -> Tensor:
+    """The dense tensor of ``slices`` (rows of repeated indices summed), as TF1's
+    IndexedSlices-to-Tensor conversion; warns (``UserWarning``) from 100,000,000 elements.
+
+    Raises:
+        ValueError: ``slices`` has no ``dense_shape``.
+    """
+    if slices.dense_shape is None:
+        raise CkptsyncValueError(
+            "Tensor conversion requested for IndexedSlices without dense_shape: "
+            f"{slices!r}")
+    shape = slices.shape
+    n = shape.num_elements()
+    if n is not None and n >= LARGE_SPARSE_NUM_ELEMENTS:
+        warnings.warn(f"Converting sparse IndexedSlices to a dense Tensor with {n} elements. "
+                      "This may consume a large amount of memory.", stacklevel=3)
+    return single("IndexedSlicesToDense", [slices.values, slices.indices, slices.dense_shape],
+                  slices.values.dtype, shape, name=name)
+
+
+# --------------------------------------------------------------------- duplicate indices
+@register("SumDuplicateIndices", not_differentiable=True)
+def _sum_duplicates_kernel(values: np.ndarray, indices: np.ndarray
+                           ) -> tuple[np.ndarray, np.ndarray]:
+    idx = np.asarray(indices).reshape(-1)
+    uniq, first, inverse = np.unique(idx, return_index=True, return_inverse=True)
+    if uniq.size == idx.size:  # nothing repeats: as it is
+        return values, indices
+    order = np.argsort(first, kind="stable")  # TF's unique: first-appearance order
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    summed = np.zeros((uniq.size,) + values.shape[1:], dtype=values.dtype)
+    np.add.at(summed, rank[inverse.reshape(-1)], values)
+    return summed, uniq[order].astype(idx.dtype, copy=False)
+
+
+def sum_duplicate_indices(slices: IndexedSlices, name: str = "SumDuplicateIndices"
+                          ) -> IndexedSlices:
+    """``slices`` with each index once, its rows summed (first-appearance order), as TF1's
+    ``Optimizer._deduplicate_indexed_slices`` (``unique`` + ``unsorted_segment_sum``)."""
+    v, i = slices.values, slices.indices
+    op = make_op("SumDuplicateIndices", [v, i], [v.dtype, i.dtype],
+                 [TensorShape([None] + (v.shape.as_list()[1:] if v.shape.dims is not None
+                                        else [])) if v.shape.dims is not None
+                  else TensorShape(None), TensorShape([None])], name=name)
+    return IndexedSlices(op.outputs[0], op.outputs[1], slices.dense_shape)

@@ -28,9 +28,12 @@ from .. import dtypes as _dtypes
 from ..errors import CkptsyncTypeError, CkptsyncValueError
 from ..gradients import gradients
 from ..graph import Graph, GraphKeys, Operation, Tensor, get_default_graph
+from ..indexed_slices import IndexedSlices
 from ..initializers import constant_initializer, zeros_initializer
 from ..ops.array_ops import convert_to_tensor
+from ..ops.math_ops import multiply
 from ..ops.registry import register
+from ..ops.scatter_ops import scatter_sub, sum_duplicate_indices
 from ..ops.state_ops import assign, assign_add, group
 from ..variable_scope import get_variable, get_variable_store, variable_scope
 from ..variables import Variable, trainable_variables
@@ -226,13 +229,19 @@ class Optimizer:
             updates = []
             for g, v in with_grad:
                 with graph.name_scope("update_" + v.op.name):
-                    updates.append(self._apply_dense(convert_to_tensor(g), v))
-            finish = self._finish(updates, scope.rstrip("/"))
+                    if isinstance(g, IndexedSlices):
+                        updates.append(self._apply_sparse_duplicate_indices(g, v))
+                    else:
+                        updates.append(self._apply_dense(convert_to_tensor(g), v))
+            # As TF1: the op returned is named as the scope ("GradientDescent"): the
+            # updates' group, or, with a global step, its increment after them (the
+            # group is then "<scope>/update").
             if global_step is None:
-                return finish
+                return self._finish(updates, scope)
+            finish = self._finish(updates, "update")
             with graph.control_dependencies([finish]):
-                inc = assign_add(global_step, np.asarray(1, global_step.dtype.np))
-            return group(finish, inc, name=scope.rstrip("/") + "_step")
+                inc = assign_add(global_step, np.asarray(1, global_step.dtype.np), name=scope)
+            return inc.op
 
     def minimize(self, loss: Any, global_step: Any = None, var_list: Any = None,
                  gate_gradients: int = 1, aggregation_method: Any = None,
@@ -283,6 +292,17 @@ class Optimizer:
 
     def _apply_dense(self, grad: Tensor, var: Variable) -> Tensor:
         raise NotImplementedError
+
+    def _apply_sparse_duplicate_indices(self, grad: IndexedSlices, var: Variable) -> Any:
+        """Applies an ``IndexedSlices`` gradient whose indices may repeat, as TF1: sums the
+        rows of repeated indices, then :meth:`_apply_sparse` (unique indices)."""
+        return self._apply_sparse(sum_duplicate_indices(grad), var)
+
+    def _apply_sparse(self, grad: IndexedSlices, var: Variable) -> Any:
+        """Applies an ``IndexedSlices`` gradient with unique indices. This default
+        converts it to a dense ``[*var.shape]`` gradient and calls :meth:`_apply_dense`;
+        optimizers that can update only the rows given override it (as TF1's)."""
+        return self._apply_dense(convert_to_tensor(grad), var)
 
     def _finish(self, update_ops: list[Any], name_scope: str) -> Operation:
         return group(*update_ops, name=name_scope)
@@ -344,6 +364,16 @@ class GradientDescentOptimizer(Optimizer):
         lr = _const(self._lr, var.dtype, "learning_rate")
         return grad.graph.create_op("ApplyGradientDescent", [var.value(), lr, grad],
                                     [var.dtype], [var.shape]).outputs[0]
+
+    def _apply_sparse_duplicate_indices(self, grad: IndexedSlices, var: Variable) -> Any:
+        # As TF1's: no summing first, scatter_sub adds repeated rows up itself.
+        return self._apply_sparse(grad, var)
+
+    def _apply_sparse(self, grad: IndexedSlices, var: Variable) -> Any:
+        """``var[indices] -= lr * values`` (``ScatterSub``): only the rows given are read
+        and written, O(rows x dim), as TF1's."""
+        lr = _const(self._lr, var.dtype, "learning_rate")
+        return scatter_sub(var, grad.indices, multiply(grad.values, lr))
 
 
 class MomentumOptimizer(Optimizer):

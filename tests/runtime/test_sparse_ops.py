@@ -1,0 +1,228 @@
+"""gather, embedding_lookup, IndexedSlices and scatter ops: central-difference gradients,
+sparse aggregation, stop_gradients, and the memory of an embedding's SGD step."""
+
+from __future__ import annotations
+
+import tracemalloc
+import warnings
+
+import numpy as np
+import pytest
+
+import ckptsync as cs
+
+RNG = np.random.default_rng(7)
+
+
+def _any(shape):
+    return RNG.normal(size=shape)
+
+
+def _big(shape):  # rows of norm well above 1 (max_norm clips them)
+    return RNG.uniform(1.0, 2.0, shape) * RNG.choice([-1.0, 1.0], shape)
+
+
+def _i(*v):
+    return cs.constant(np.array(v, np.int32))
+
+
+# name -> (builder(*float64 placeholders) -> tensor, input generators); the guard of
+# test_op_gradients.py reads this table.
+GRAD_CASES = {
+    "gather_axis0": (lambda p: cs.gather(p, cs.constant([[0, 3], [3, 1]])), [(_any, (4, 3))]),
+    "gather_axis1": (lambda p: cs.gather(p, [2, 0, 2], axis=1), [(_any, (2, 3, 2))]),
+    "gather_batch_dims": (lambda p: cs.gather(p, cs.constant([[1, 1], [0, 2]]), axis=2,
+                                              batch_dims=1), [(_any, (2, 2, 3))]),
+    "embedding_lookup": (lambda p: cs.nn.embedding_lookup(p, _i(2, 2, 0)), [(_any, (3, 2))]),
+    "embedding_lookup_mod": (lambda a, b: cs.nn.embedding_lookup([a, b], _i(3, 0, 1, 3, 2)),
+                             [(_any, (2, 2)), (_any, (2, 2))]),
+    "embedding_lookup_div_max_norm": (
+        lambda a, b: cs.nn.embedding_lookup([a, b], cs.constant([[4, 0], [2, 4]]),
+                                            partition_strategy="div", max_norm=1.2),
+        [(_big, (3, 2)), (_big, (2, 2))]),
+    "indexed_slices_to_dense": (
+        lambda v: cs.convert_to_tensor(cs.IndexedSlices(v, _i(1, 3, 1), _i(4, 2))),
+        [(_any, (3, 2))]),
+}
+INTERNAL_GRAD_OPS = {"GatherGradValues", "FlattenIndices", "GatherGradDense", "ResourceGather",
+                "EmbeddingClipByNormGrad", "SumDuplicateIndices", "VariableShape"}
+
+
+def _dense(sess, g, feed):
+    if isinstance(g, cs.IndexedSlices):
+        g = cs.convert_to_tensor(g)
+    return sess.run(g, feed)
+
+
+def _numeric(f, x, eps=1e-6):
+    g = np.zeros_like(x)
+    flat = x.reshape(-1)
+    for i in range(flat.size):
+        old = flat[i]
+        flat[i] = old + eps
+        fp = f()
+        flat[i] = old - eps
+        fm = f()
+        flat[i] = old
+        g.reshape(-1)[i] = (fp - fm) / (2 * eps)
+    return g
+
+
+@pytest.mark.parametrize("name", sorted(GRAD_CASES))
+def test_gradient_matches_central_differences(name):
+    build, gens = GRAD_CASES[name]
+    values = [gen(shape).astype(np.float64) for gen, shape in gens]
+    g = cs.Graph()
+    with g.as_default():
+        phs = [cs.placeholder(cs.float64, v.shape) for v in values]
+        y = build(*phs)
+        proj = cs.constant(RNG.normal(size=y.get_shape().as_list()))
+        loss = cs.reduce_sum(y * proj)
+        grads = cs.gradients(loss, phs)
+        sess = cs.Session(graph=g)
+        feed = dict(zip(phs, values))
+        for v, gr in zip(values, grads):
+            want = _numeric(lambda: float(sess.run(loss, feed)), v)
+            np.testing.assert_allclose(_dense(sess, gr, feed), want, rtol=1e-5, atol=1e-5,
+                                       err_msg=name)
+
+
+def test_embedding_gradient_is_indexed_slices_of_the_rows_looked_up():
+    g = cs.Graph()
+    with g.as_default():
+        w = cs.Variable(np.arange(12, dtype=np.float32).reshape(4, 3), name="w")
+        ids = cs.placeholder(cs.int64, [None, 2])
+        e = cs.nn.embedding_lookup(w, ids)
+        assert e.shape.as_list() == [None, 2, 3] and e.op.name == "embedding_lookup/Identity"
+        gr = cs.gradients(cs.reduce_sum(e * e), w)[0]
+        assert isinstance(gr, cs.IndexedSlices)
+        assert gr.values.shape.as_list() == [None, 3] and gr.shape.as_list() == [4, 3]
+        sess = cs.Session()
+        sess.run(cs.global_variables_initializer())
+        feed = {ids: np.array([[0, 2], [2, 2]])}
+        np.testing.assert_array_equal(sess.run(gr.indices, feed), [0, 2, 2, 2])
+        want = np.zeros((4, 3), np.float32)
+        np.add.at(want, [0, 2, 2, 2], 2 * np.arange(12, dtype=np.float32).reshape(4, 3)[[0, 2, 2, 2]])
+        np.testing.assert_allclose(_dense(sess, gr, feed), want)
+
+
+def test_variable_gradient_numerically():
+    g = cs.Graph()
+    with g.as_default():
+        init = RNG.normal(size=(5, 2))
+        w = cs.Variable(init, dtype=cs.float64)
+        out = cs.nn.embedding_lookup(w, _i(4, 1, 4), max_norm=0.8)
+        loss = cs.reduce_sum(out * cs.constant(RNG.normal(size=(3, 2))))
+        gr = cs.gradients(loss, w)[0]
+        sess = cs.Session()
+        sess.run(cs.global_variables_initializer())
+        got = _dense(sess, gr, {})
+
+        def f():
+            w.load(x, sess)
+            return float(sess.run(loss))
+        x = init.copy()
+        want = _numeric(f, x)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_aggregation_sparse_concatenates_and_mixed_is_dense():
+    g = cs.Graph()
+    with g.as_default():
+        p = cs.placeholder(cs.float32, [4, 2])
+        a = cs.gather(p, [1, 1])
+        b = cs.gather(p, [3])
+        sparse = cs.gradients(cs.reduce_sum(a) + cs.reduce_sum(b * 2.0), p)[0]
+        assert isinstance(sparse, cs.IndexedSlices)
+        mixed = cs.gradients(cs.reduce_sum(a) + cs.reduce_sum(p * 3.0), p)[0]
+        assert isinstance(mixed, cs.Tensor)
+        sess = cs.Session()
+        feed = {p: np.ones((4, 2), np.float32)}
+        assert sorted(sess.run(sparse.indices, feed)) == [1, 1, 3]
+        np.testing.assert_allclose(_dense(sess, sparse, feed), [[0, 0], [2, 2], [0, 0], [2, 2]])
+        np.testing.assert_allclose(sess.run(mixed, feed), [[3, 3], [5, 5], [3, 3], [3, 3]])
+
+
+def test_stop_gradients_as_tf():
+    g = cs.Graph()
+    with g.as_default():
+        a, b = cs.constant(2.0), cs.constant(3.0)
+        ab = a * b
+        y = ab + a
+        ga, gb, gab = cs.gradients(y, [a, b, ab], stop_gradients=[ab])
+        assert gb is None
+        sess = cs.Session()
+        assert sess.run([ga, gab]) == [1.0, 1.0]
+        # A stop tensor in xs still gets its gradient; it blocks only its op.
+        (ga2,) = cs.gradients(y, [a], stop_gradients=[a])
+        assert sess.run(ga2) == 4.0
+        c = ab * ab
+        ga3, gab3 = cs.gradients(c, [a, ab], stop_gradients=[ab])
+        assert ga3 is None and sess.run(gab3) == 12.0
+
+
+def test_convert_to_tensor_of_indexed_slices_and_its_warning():
+    g = cs.Graph()
+    with g.as_default():
+        s = cs.IndexedSlices(cs.constant([[1.0, 2.0], [3.0, 4.0]]), _i(2, 0), _i(3, 2))
+        d = cs.convert_to_tensor(s)
+        assert d is cs.convert_to_tensor(s) and d.shape.as_list() == [3, 2]
+        np.testing.assert_array_equal(cs.Session().run(d), [[3, 4], [0, 0], [1, 2]])
+        with pytest.raises(ValueError, match="without dense_shape"):
+            cs.convert_to_tensor(cs.IndexedSlices(s.values, s.indices))
+        with warnings.catch_warnings(record=True) as rec:
+            warnings.simplefilter("always")
+            cs.convert_to_tensor(cs.IndexedSlices(s.values, s.indices, _i(200_000_000, 1)))
+        assert any("200000000 elements" in str(r.message) for r in rec)
+
+
+def test_scatter_ops_and_errors():
+    g = cs.Graph()
+    with g.as_default():
+        w = cs.Variable(np.zeros((4, 2), np.float32))
+        up = cs.scatter_update(w, [3], [[1.0, 1.0]])
+        add = cs.scatter_add(w, [0, 0], np.ones((2, 2), np.float32))
+        sub = cs.scatter_sub(w, cs.constant([[1]]), np.full((1, 1, 2), 2.0, np.float32))
+        assert up.shape.as_list() == [4, 2] and up.op.type == "ScatterUpdate"
+        sess = cs.Session()
+        sess.run(cs.global_variables_initializer())
+        held = sess.run(w)
+        sess.run([up])
+        sess.run(add)
+        np.testing.assert_array_equal(sess.run(sub), [[2, 2], [-2, -2], [0, 0], [1, 1]])
+        assert not held.any()  # a fetched value never changes afterwards
+        with pytest.raises(ValueError):
+            cs.scatter_update(w, [0, 1], np.ones((3, 2), np.float32))
+        with pytest.raises(TypeError):
+            cs.scatter_add(cs.constant([1.0]), [0], [1.0])
+        i = cs.placeholder(cs.int32, [1])
+        with pytest.raises(cs.errors.InvalidArgumentError, match="not in"):
+            sess.run(cs.scatter_add(w, i, np.ones((1, 2), np.float32)), {i: [4]})
+
+
+def test_sgd_embedding_step_is_sparse_and_small():
+    vocab, dim, batch = 1_000_000, 64, 256
+    g = cs.Graph()
+    with g.as_default():
+        w = cs.get_variable("emb", [vocab, dim], initializer=cs.zeros_initializer())
+        ids = cs.placeholder(cs.int32, [batch])
+        e = cs.nn.embedding_lookup(w, ids)
+        loss = cs.reduce_sum(cs.square(e - 1.0))
+        step = cs.train.GradientDescentOptimizer(0.1).minimize(loss)
+        assert not [op for op in g.get_operations() if op.type == "IndexedSlicesToDense"]
+        sess = cs.Session()
+        sess.run(cs.global_variables_initializer())
+        feed = {ids: np.arange(batch, dtype=np.int32) * 3}
+        sess.run(step, feed)  # compiles the plan
+        tracemalloc.start()
+        try:
+            for _ in range(3):
+                sess.run(step, feed)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        table_bytes = vocab * dim * 4
+        assert peak < 50 * batch * dim * 4 < table_bytes // 10, peak
+        got = sess.run(w)
+        np.testing.assert_allclose(got[3], 1 - 0.8 ** 4, rtol=1e-6)
+        assert not got[1].any()
