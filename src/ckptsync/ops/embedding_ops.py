@@ -43,7 +43,7 @@ def _gather_index(params: np.ndarray, indices: np.ndarray, axis: int, b: int
     return view, (*index, indices)
 
 
-def _gather(op: Operation, params: np.ndarray, indices: np.ndarray, axis: int,
+def _gather(op: Operation | None, params: np.ndarray, indices: np.ndarray, axis: int,
             b: int) -> np.ndarray:
     idx = check_indices(op, indices, params.shape[axis])
     if b == 0 and axis == 0:
@@ -56,10 +56,10 @@ def _gather(op: Operation, params: np.ndarray, indices: np.ndarray, axis: int,
     return np.ascontiguousarray(res)
 
 
-@register("GatherV2", kind="stateful", grad=lambda op, g: _gather_grad(op, g))
-def _gather_kernel(ctx: Any, op: Operation, params: np.ndarray,
-                   indices: np.ndarray) -> np.ndarray:
-    return _gather(op, params, indices, op.attrs["axis"], op.attrs["batch_dims"])
+@register("GatherV2", grad=lambda op, g: _gather_grad(op, g))
+def _gather_kernel(params: np.ndarray, indices: np.ndarray, *, axis: int,
+                   batch_dims: int) -> np.ndarray:
+    return _gather(None, params, indices, axis, batch_dims)
 
 
 @register("ResourceGather", kind="stateful", ref_inputs=(0,),

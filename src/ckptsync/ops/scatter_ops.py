@@ -37,16 +37,18 @@ LARGE_SPARSE_NUM_ELEMENTS = 100_000_000
 _OWNED_REFS = 3
 
 
-def check_indices(op: Operation, indices: np.ndarray, n: int) -> np.ndarray:
-    """``indices`` as an integer array, each in ``[0, n)`` (else InvalidArgumentError
-    naming the first bad one, as TF's CPU kernels)."""
+def check_indices(op: Operation | None, indices: np.ndarray, n: int) -> np.ndarray:
+    """``indices`` as an integer array, each in ``[0, n)``, else InvalidArgumentError
+    naming the first bad one, as TF's CPU kernels (an ``IndexError`` for a pure kernel,
+    ``op`` None: the session makes it an InvalidArgumentError naming the op)."""
     idx = np.asarray(indices)
     if idx.size and (idx.min() < 0 or idx.max() >= n):
         flat = idx.reshape(-1)
         k = int(np.flatnonzero((flat < 0) | (flat >= n))[0])
-        raise InvalidArgumentError(
-            None, op, f"{op.type} op '{op.name}': indices[{k}] = {int(flat[k])} is not in "
-            f"[0, {n})")
+        msg = f"indices[{k}] = {int(flat[k])} is not in [0, {n})"
+        if op is None:
+            raise IndexError(msg)
+        raise InvalidArgumentError(None, op, f"{op.type} op '{op.name}': {msg}")
     return idx
 
 
