@@ -3,7 +3,7 @@
 An :class:`Operation` is a node of a :class:`~ckptsync.graph.Graph`; it produces
 :class:`Tensor` outputs named ``"<op name>:<index>"``. Tensors carry a dtype and a static
 :class:`~ckptsync.tensor_shape.TensorShape`, and overload Python's operators with graph
-ops (``a + b`` adds an ``AddV2`` op): :mod:`ckptsync.ops.math_ops` installs them with
+ops (``a + b`` adds an ``AddV2`` op): :mod:`ckptsync.ops.elementwise_ops` installs them with
 :meth:`Tensor.override_operator` when it is imported, as TF's ``math_ops`` does, since
 this module sits below the ops. Nothing is computed here.
 
@@ -24,11 +24,12 @@ if TYPE_CHECKING:
 
 __all__ = ["Tensor", "Operation", "OVERLOADABLE_OPERATORS"]
 
-# The operators ``Tensor.override_operator`` accepts (those math_ops installs).
+# The operators ``Tensor.override_operator`` accepts (those elementwise_ops installs).
 OVERLOADABLE_OPERATORS = frozenset({
     "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
     "__rtruediv__", "__matmul__", "__rmatmul__", "__pow__", "__rpow__", "__neg__", "__abs__",
-    "__lt__", "__le__", "__gt__", "__ge__",
+    "__lt__", "__le__", "__gt__", "__ge__", "__floordiv__", "__rfloordiv__", "__mod__",
+    "__rmod__", "__and__", "__rand__", "__or__", "__ror__", "__xor__", "__rxor__", "__invert__",
     "__getitem__",  # installed by slicing_ops (x[:, 0], x[1:-1, ..., None], x[t])
 })
 
@@ -120,7 +121,7 @@ class Tensor:
     def override_operator(cls, operator: str, func: Callable[..., Tensor]) -> None:
         """Installs ``func(self, other)`` (or ``func(self)``) as ``operator``, e.g.
         ``"__add__"``, as TF's ``Tensor._override_operator``. Called by
-        :mod:`ckptsync.ops.math_ops` when it is imported.
+        :mod:`ckptsync.ops.elementwise_ops` when it is imported.
 
         Raises:
             ValueError: ``operator`` is not in ``OVERLOADABLE_OPERATORS``.
@@ -131,7 +132,7 @@ class Tensor:
             raise CkptsyncValueError(f"Overriding {operator} is not allowed.")
         setattr(cls, operator, func)
 
-    if TYPE_CHECKING:  # installed by math_ops (see override_operator)
+    if TYPE_CHECKING:  # installed by elementwise_ops (see override_operator)
         def __add__(self, other: Any) -> Tensor: ...
         def __radd__(self, other: Any) -> Tensor: ...
         def __sub__(self, other: Any) -> Tensor: ...
@@ -151,6 +152,17 @@ class Tensor:
         def __gt__(self, other: Any) -> Tensor: ...
         def __ge__(self, other: Any) -> Tensor: ...
         def __getitem__(self, key: Any) -> Tensor: ...
+        def __floordiv__(self, other: Any) -> Tensor: ...
+        def __rfloordiv__(self, other: Any) -> Tensor: ...
+        def __mod__(self, other: Any) -> Tensor: ...
+        def __rmod__(self, other: Any) -> Tensor: ...
+        def __and__(self, other: Any) -> Tensor: ...
+        def __rand__(self, other: Any) -> Tensor: ...
+        def __or__(self, other: Any) -> Tensor: ...
+        def __ror__(self, other: Any) -> Tensor: ...
+        def __xor__(self, other: Any) -> Tensor: ...
+        def __rxor__(self, other: Any) -> Tensor: ...
+        def __invert__(self) -> Tensor: ...
 
 
 class Operation:

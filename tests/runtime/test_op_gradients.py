@@ -122,12 +122,14 @@ def test_gradient_matches_central_differences(name):
 
 
 def _all_cases():
-    """This table plus each ``tests/runtime/test_*_ops.py``'s ``GRAD_CASES`` (same format)
-    and its ``INTERNAL_GRAD_OPS`` (gradient-only op types it checks through their ops)."""
+    """This table plus each ``tests/runtime/test_*_ops.py``'s ``GRAD_CASES`` and
+    ``NO_GRAD_CASES`` (same format) and its ``INTERNAL_GRAD_OPS`` (gradient-only op types
+    it checks through their ops)."""
     cases, internal = dict(CASES), set()
     for path in sorted(pathlib.Path(__file__).parent.glob("test_*_ops.py")):
         mod = importlib.import_module(f"{__package__}.{path.stem}")
         cases.update(getattr(mod, "GRAD_CASES", {}))
+        cases.update(getattr(mod, "NO_GRAD_CASES", {}))  # gradient defined as None
         internal |= set(getattr(mod, "INTERNAL_GRAD_OPS", ()))
     return cases, internal
 
