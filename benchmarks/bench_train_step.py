@@ -1,15 +1,28 @@
-"""Training-step speed: the digits MLP (64->128->128->10, batch 64, Adam).
+"""Training-step speed, single threaded: ckptsync against TF1 and hand-written numpy.
 
-ckptsync's ``Session.run(train_op)`` against a hand-written numpy forward/backward/Adam
-step (the limit) and, when importable, PyTorch CPU eager (a peer), alternating in one
-process on the same data. The last line is the headline ratio (ckptsync time / numpy).
+Row ``digits``: the digits MLP (64->128->128->10, batch 64, Adam): ckptsync's
+``Session.run(train_op)`` against a hand-written numpy forward/backward/Adam step (the
+limit) and, when importable, PyTorch CPU eager (a peer), alternating in one process on
+the same data; the headline is ckptsync time / numpy.
 
-    python benchmarks/bench_train_step.py [--steps 300] [--repeats 7]
+Rows ``cnn`` (examples/digits_cnn.py's network), ``mlp`` (784->1024->1024->10, batch 256)
+and ``embedding`` (see ``benchmarks/_train_models.py``), SGD: the same program run by
+ckptsync, by TF1 (``tensorflow.compat.v1`` on CPU, one intra- and one inter-op thread, in
+a worker process with ``.goldens-venv/bin/python``: TensorFlow is never a dependency; the
+column is skipped with a note when that venv is missing) and by a hand-written numpy
+step, alternating round by round; the headline is ckptsync time / TF1 (target <= 1.5x).
+
+    python benchmarks/bench_train_step.py [--models digits,cnn,mlp] [--steps 300] [--repeats 7]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -19,8 +32,13 @@ from ckptsync.data import BatchIterator, load_digits
 
 try:
     from benchmarks._common import alternate, fmt_row, summary, timed
+    from benchmarks._train_models import NAMES, Model, model
 except ImportError:  # run as a script: benchmarks/ is on sys.path
     from _common import alternate, fmt_row, summary, timed  # type: ignore[no-redef]
+    from _train_models import NAMES, Model, model  # type: ignore[no-redef]
+
+HERE = Path(__file__).resolve().parent
+TF_PYTHON = HERE.parent / ".goldens-venv" / "bin" / "python"
 
 SIZES = (64, 128, 128, 10)
 BATCH = 64
@@ -121,13 +139,7 @@ def build_torch(params: list[np.ndarray]):  # pragma: no cover - optional peer
     return step
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--steps", type=int, default=300, help="steps per timed sample")
-    ap.add_argument("--repeats", type=int, default=7)
-    ap.add_argument("--threads", type=int, default=1, help="BLAS threads")
-    args = ap.parse_args()
-    threadpool_limits(args.threads)
+def bench_digits(args: argparse.Namespace) -> None:
     data = load_digits().train
     it = BatchIterator(data, BATCH, seed=0)
     batches = [next(it) for _ in range(args.steps)]
@@ -172,6 +184,106 @@ def main() -> None:
     print(f"ratio ckptsync / numpy: "
           f"{med['ckptsync Session.run(train_op)'] / med['numpy hand-written step']:.2f}x "
           "(target <= 1.3x)")
+
+
+class TFWorker:
+    """TF1's step in a worker process (``_tf_worker.py``), timed on request."""
+
+    def __init__(self, name: str, steps: int, warmup: int, vocab: int | None = None):
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "",
+               "OMP_NUM_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1",
+               "TF_NUM_INTEROP_THREADS": "1"}
+        cmd = [str(TF_PYTHON), str(HERE / "_tf_worker.py"), name, str(steps), str(warmup)]
+        self.proc = subprocess.Popen(cmd + ([str(vocab)] if vocab else []), env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True)
+        self.loss = float(self._read()["loss"])
+
+    def _read(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the TF worker exited with code {self.proc.wait()}")
+        return json.loads(line)
+
+    def step_s(self) -> float:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("run\n")
+        self.proc.stdin.flush()
+        return float(self._read()["step_s"])
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(30)
+
+
+def bench_side_by_side(m: Model, args: argparse.Namespace, vocab: int | None = None
+                       ) -> dict[str, float]:
+    """Medians (seconds per step) of ckptsync, numpy and, when available, TF1."""
+    warmup = 20
+    batches = m.batches(args.steps)
+    g = cs.Graph()
+    with g.as_default():
+        train, loss, phs = m.build(cs, m.params())
+        init = cs.global_variables_initializer()
+    sess = cs.Session(graph=g)
+    sess.run(init)
+    feeds = [{phs[k]: v for k, v in b.items()} for b in batches]
+    ref = m.params()
+    for f, b in zip(feeds[:warmup], batches[:warmup]):
+        sess.run(train, f)
+        m.numpy_step(ref, b)
+    # Same init, same batches: the loss after the warm-up must agree before we time.
+    cs_loss = float(sess.run(loss, feeds[0]))
+    np_loss = m.numpy_step([q.copy() for q in ref], batches[0])
+    np.testing.assert_allclose(cs_loss, np_loss, rtol=2e-3, atol=1e-4)
+    cases: dict[str, Any] = {
+        "ckptsync Session.run(train_op)": lambda: timed(
+            lambda: [sess.run(train, f) for f in feeds], 1) / len(feeds),
+        "numpy hand-written step": lambda: timed(
+            lambda: [m.numpy_step(ref, b) for b in batches], 1) / len(batches),
+    }
+    worker = None
+    if TF_PYTHON.exists():
+        worker = TFWorker(args.model_name, args.steps, warmup, vocab)
+        np.testing.assert_allclose(worker.loss, cs_loss, rtol=2e-3, atol=1e-4)
+        cases["tf1 Session.run(train_op)"] = worker.step_s
+    try:
+        samples = alternate(cases, args.repeats)
+    finally:
+        if worker is not None:
+            worker.close()
+    print(f"{m.name}; {args.steps} steps x {args.repeats} repeats, one thread")
+    for k, v in samples.items():
+        print(fmt_row(k, v, "us", 1e6))
+    med = {k: summary(v)[0] for k, v in samples.items()}
+    mine = med["ckptsync Session.run(train_op)"]
+    print(f"ratio ckptsync / numpy: {mine / med['numpy hand-written step']:.2f}x")
+    if worker is None:
+        print(f"ratio ckptsync / tf1: (skipped: no TensorFlow at {TF_PYTHON})")
+    else:
+        print(f"ratio ckptsync / tf1: {mine / med['tf1 Session.run(train_op)']:.2f}x "
+              "(target <= 1.5x)")
+    return med
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="digits," + ",".join(NAMES),
+                    help="comma-separated rows: digits," + ",".join(NAMES))
+    ap.add_argument("--steps", type=int, default=300, help="steps per timed sample")
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=1, help="BLAS threads")
+    args = ap.parse_args()
+    threadpool_limits(args.threads)
+    for name in args.models.split(","):
+        if name == "digits":
+            bench_digits(args)
+        else:
+            args.model_name = name
+            bench_side_by_side(model(name), args)
+        print()
 
 
 if __name__ == "__main__":

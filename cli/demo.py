@@ -1,6 +1,7 @@
 """``ckptsync demo``: the main job end to end on one machine.
 
-Starts ``trainer run`` and ``infer serve`` as two OS processes on one fresh checkpoint
+Starts ``trainer run`` and ``infer serve`` of a model file (``--model``; default the
+bundled digits MLP, ``examples/digits_mlp.py``) as two OS processes on one fresh checkpoint
 directory, asks the server for the held-out digits every ``--interval-s`` seconds, and
 prints a live table of the trainer's step, the served version and the served accuracy.
 Exits 0 only if the served accuracy rose, every request after the first checkpoint was
@@ -49,7 +50,9 @@ class _TrainerWatch:
                 self.step = int(rec["global_step"])
 
 
-def _model_file() -> str:
+def _model_file(path: str | None) -> str:
+    if path is not None:
+        return os.path.abspath(path)
     return str(importlib.resources.files("ckptsync.examples") / "digits_mlp.py")
 
 
@@ -83,6 +86,10 @@ def _stop(proc: subprocess.Popen[Any] | None, timeout_s: float = 20.0) -> int | 
 
 
 @click.command("demo")
+@click.option("--model", "model_path", default=None,
+              type=click.Path(exists=True, dir_okay=False),
+              help="A model file (build_net over the digits' x [batch, 64]), e.g. "
+                   "examples/digits_cnn.py; default: the bundled digits MLP.")
 @click.option("--steps", default=1500, show_default=True, type=click.IntRange(min=1))
 @click.option("--save-every-steps", default=50, show_default=True, type=click.IntRange(min=1))
 @click.option("--max-steps-per-s", default=100.0, show_default=True,
@@ -95,9 +102,10 @@ def _stop(proc: subprocess.Popen[Any] | None, timeout_s: float = 20.0) -> int | 
 @click.option("--keep", is_flag=True, help="Keep the checkpoint directory and logs.")
 @click.option("--timeout-s", default=600.0, show_default=True,
               type=click.FloatRange(min=1), help="Give up after this long.")
-def demo(steps: int, save_every_steps: int, max_steps_per_s: float, interval_s: float,
-         checkpoint_dir: str | None, keep: bool, timeout_s: float) -> None:
-    """Train and serve the digits MLP side by side; show the served version improving."""
+def demo(model_path: str | None, steps: int, save_every_steps: int, max_steps_per_s: float,
+         interval_s: float, checkpoint_dir: str | None, keep: bool, timeout_s: float) -> None:
+    """Train and serve a digits model (default the MLP) side by side; show the served
+    version improving."""
     # Deferred: `ckptsync --help` and the other commands start without these.
     import httpx
     import numpy as np  # deferred: as above
@@ -119,7 +127,7 @@ def demo(steps: int, save_every_steps: int, max_steps_per_s: float, interval_s: 
         ckpt_dir = checkpoint_dir or os.path.join(work, "ckpts")
         os.makedirs(ckpt_dir, exist_ok=True)
         port_file = os.path.join(work, "port")
-        model = _model_file()
+        model = _model_file(model_path)
         test = load_digits().test
         x, y = test["x"], test["y"]
         body = {"instances": x.tolist()}
