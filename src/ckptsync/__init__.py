@@ -149,7 +149,7 @@ from .session import (  # noqa: F401
     Session,
     get_default_session,
 )
-from .tensor_shape import TensorShape  # noqa: F401
+from .tensor_shape import Dimension, TensorShape, dimension_value  # noqa: F401
 from .variable_scope import (  # noqa: F401
     AUTO_REUSE,
     VariableScope,

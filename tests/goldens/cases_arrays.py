@@ -264,3 +264,41 @@ def int_and_bool_slicing(tf):
     return {"feeds": {x: np.arange(12).reshape(3, 4), b: np.array([True, False, True])},
             "fetch": {"xs": x[::2, 1:], "bs": b[::-1], "st": tf.stack([x[0], x[1]], 1),
                       "sp": tf.split(x, 2, 1)[1], "pad": tf.pad(x, [[0, 1], [1, 0]])}}
+
+
+@case
+def shape_dimension_values(tf):
+    x = tf.placeholder(tf.float32, [None, 6], name="x")
+    n = x.get_shape()[-1].value
+    dims = [d for d in x.shape]
+    w = tf.zeros([n, dims[1] // 2])
+    return {"feeds": {x: rand(32, 2, 6)}, "fetch": {"out": tf.matmul(x, w + 1.0)},
+            "grads": ("out", [x])}
+
+
+@case
+def autopacking_mixed_list(tf):
+    x = tf.placeholder(tf.float32, [None, 6], name="x")
+    v = tf.Variable(2.0, name="v")
+    packed = tf.convert_to_tensor([v, 3.0])
+    cols = tf.reshape(x, tf.stack([tf.shape(x)[0] * 2, 3]))
+    return {"feeds": {x: rand(33, 2, 6)}, "init": True,
+            "fetch": {"packed": packed, "cols": cols}, "grads": ("cols", [x]),
+            "names": [packed.op.type]}
+
+
+@case
+def reshape_two_unknowns_fails_at_run_time(tf):
+    x = tf.placeholder(tf.float32, [None, 6], name="x")
+    return {"feeds": {x: rand(34, 2, 6)}, "fetch": {"r": tf.reshape(x, [-1, -1])}}
+
+
+@case
+def static_value_of_shapes(tf):
+    x = tf.placeholder(tf.float32, [None, 3], name="x")
+    z = tf.zeros([2, 3])
+    known = tf.get_static_value(tf.shape(z))
+    unknown = tf.get_static_value(tf.shape(x))
+    return {"feeds": {x: rand(35, 2, 3)},
+            "fetch": {"known": tf.constant(known), "flag": tf.constant(unknown is None),
+                      "t": tf.reshape(x, [known[1], -1])}}

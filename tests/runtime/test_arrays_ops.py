@@ -266,3 +266,63 @@ def test_values_of_manipulations():
     np.testing.assert_array_equal(out["flip"], v[::-1, ::-2])
     np.testing.assert_array_equal(out["ellipsis"], v[..., 1])
     np.testing.assert_array_equal(out["filled"], np.full((2, 2), 7, np.int32))
+
+
+# --------------------------------------------------------------------- random manipulations
+DTYPES = [np.float32, np.float64, np.int32, np.int64, np.bool_]
+
+
+@st.composite
+def arrays_and_ops(draw):
+    shape = tuple(draw(st.lists(st.integers(0, 3), min_size=1, max_size=3)))
+    dtype = draw(st.sampled_from(DTYPES))
+    axis = draw(st.integers(-len(shape), len(shape) - 1))
+    reps = [draw(st.integers(0, 2)) for _ in shape]
+    pads = [[draw(st.integers(0, 2)), draw(st.integers(0, 2))] for _ in shape]
+    mode = draw(st.sampled_from(["CONSTANT", "REFLECT", "SYMMETRIC"]))
+    if mode == "REFLECT" and 0 in shape:  # TF rejects it, even unpadded
+        mode = "SYMMETRIC"
+    off = 1 if mode == "REFLECT" else 0
+    if mode != "CONSTANT":
+        pads = [[min(a, max(d - off, 0)), min(b, max(d - off, 0))] for (a, b), d in
+                zip(pads, shape)]
+    return shape, dtype, axis, reps, pads, mode, draw(st.booleans())
+
+
+def _compatible(static, actual):
+    return len(static) == len(actual) and all(s is None or s == a for s, a in
+                                              zip(static, actual))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(arrays_and_ops())
+def test_manipulations_match_numpy(spec):
+    shape, dtype, axis, reps, pads, mode, unknown = spec
+    v = (np.arange(int(np.prod(shape))).reshape(shape) % 7).astype(dtype)
+    np_mode = {"CONSTANT": "constant", "REFLECT": "reflect", "SYMMETRIC": "symmetric"}[mode]
+    want = {
+        "stack": np.stack([v, v], axis=axis), "tile": np.tile(v, reps),
+        "pad": np.pad(v, pads, mode=np_mode), "reverse": np.flip(v, axis),
+        "concat": np.concatenate([v, v], axis=axis), "bcast": np.broadcast_to(v, (2, *shape)),
+        "split": v, "unstack": v, "expand": np.expand_dims(v, axis), "size": np.int32(v.size),
+    }
+    with cs.Graph().as_default():
+        x = cs.placeholder(cs.as_dtype(dtype), [None] * len(shape) if unknown else shape)
+        n = shape[axis]
+        tensors = {
+            "stack": cs.stack([x, x], axis=axis), "tile": cs.tile(x, reps),
+            "pad": cs.pad(x, pads, mode=mode), "reverse": cs.reverse(x, [axis]),
+            "concat": cs.concat([x, x], axis), "bcast": cs.broadcast_to(
+                x, cs.concat([[2], cs.shape(x)], 0)),
+            "split": cs.concat(cs.split(x, [1, -1] if n else [0, -1], axis=axis), axis),
+            "unstack": cs.stack(cs.unstack(x, num=n, axis=axis), axis=axis) if n else
+            cs.identity(x),
+            "expand": cs.expand_dims(x, axis), "size": cs.size(x),
+        }
+        got = cs.Session().run(tensors, {x: v})
+    for k, w in want.items():
+        assert got[k].dtype == w.dtype, k
+        np.testing.assert_array_equal(got[k], w, err_msg=k)
+        assert _compatible(tensors[k].shape.as_list(), w.shape), (k, tensors[k].shape)
+        if not unknown and k not in ("bcast",):
+            assert tensors[k].shape.as_list() == list(w.shape), k

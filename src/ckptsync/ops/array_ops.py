@@ -112,8 +112,8 @@ def convert_to_tensor(value: Any, dtype: Any = None, name: str | None = None) ->
 
 
 def _has_tensor(value: Any) -> bool:
-    return any(isinstance(v, Tensor) or isinstance(v, (list, tuple)) and _has_tensor(v)
-               for v in value)
+    return any(isinstance(v, Tensor) or hasattr(v, "_as_graph_element")
+               or isinstance(v, (list, tuple)) and _has_tensor(v) for v in value)
 
 
 def _autopack(value: Any, dtype: Any, name: str) -> Tensor:
@@ -121,7 +121,8 @@ def _autopack(value: Any, dtype: Any, name: str) -> Tensor:
     from .manip_ops import stack  # manip_ops builds on this module
 
     dt = _dtypes.as_dtype(dtype) if dtype is not None else next(
-        (v.dtype for v in value if isinstance(v, Tensor)), None)
+        (convert_to_tensor(v).dtype for v in value
+         if isinstance(v, Tensor) or hasattr(v, "_as_graph_element")), None)
     elems = [convert_to_tensor(v, dtype=dt) for v in value]
     return stack(elems, name=name)
 
@@ -157,9 +158,7 @@ def reshape(tensor: Any, shape: Any, name: str | None = None) -> Tensor:
         name = scope
         out = constant_value_as_shape(st)
     else:
-        shp = [int(s) for s in np.asarray(shape).reshape(-1)]
-        if shp.count(-1) > 1:
-            raise CkptsyncValueError(f"Reshape: at most one -1 allowed in shape {shp}.")
+        shp = [int(s) for s in np.asarray(shape).reshape(-1)]  # two -1: fails at run time
         st = constant(np.asarray(shp, np.int32), name="shape")
         out = TensorShape([None if s == -1 else s for s in shp])
     return single("Reshape", [x, st], x.dtype, reshape_static_shape(x.shape, out), name=name)
@@ -213,7 +212,8 @@ def _concat_kernel(*xs: np.ndarray) -> np.ndarray:
 def _concat_grad_kernel(g: np.ndarray, axis: np.ndarray, *xs: np.ndarray
                         ) -> tuple[np.ndarray, ...]:
     ax = int(axis) % g.ndim
-    return tuple(np.split(g, np.cumsum([x.shape[ax] for x in xs])[:-1], axis=ax))
+    parts = np.split(g, np.cumsum([x.shape[ax] for x in xs])[:-1], axis=ax)
+    return parts[0] if len(parts) == 1 else tuple(parts)
 
 
 def concat(values: Any, axis: Any, name: str = "concat") -> Tensor:
@@ -361,6 +361,9 @@ def _filled(shape: Any, dtype: Any, value: int, name: str) -> Tensor:
     if not isinstance(shape, Tensor) and not (isinstance(shape, (list, tuple))
                                               and _has_tensor(shape)):
         dims = TensorShape(shape).as_list()
+        if None in dims:
+            raise CkptsyncTypeError(f"{name}: shape {shape} has unknown dimensions; pass "
+                                    "a shape tensor (e.g. tf.shape(x)) instead.")
         if int(np.prod(dims)) < 1000:
             return constant(np.full(dims, value, dt.np), name=name)
         shape = np.asarray(dims, np.int32)

@@ -23,7 +23,7 @@ from .registry import make_op, register, single
 
 __all__ = [
     "stack", "unstack", "split", "tile", "pad", "reverse", "broadcast_to", "size", "rank",
-    "shape_n", "placeholder_with_default", "identity_n",
+    "shape_n", "placeholder_with_default", "identity_n", "reverse_v2", "get_static_value",
 ]
 NN_EXPORTS: tuple[str, ...] = ()
 
@@ -31,6 +31,12 @@ NN_EXPORTS: tuple[str, ...] = ()
 def _zeros_for(op: Any, grads: tuple[Any, ...]) -> list[Tensor]:
     """Output gradients with ``None`` replaced by zeros (TF fills them for multi-output ops)."""
     return [_array.zeros_like(t) if g is None else g for t, g in zip(op.outputs, grads)]
+
+
+def _outs(arrays: Any) -> Any:
+    """A multi-output kernel's result: the session stores a one-output op's result as is."""
+    out = tuple(np.asarray(a) for a in arrays)
+    return out[0] if len(out) == 1 else out
 
 
 def _axis(axis: Any, rank: int | None, op: str, extra: int = 0) -> int:
@@ -82,7 +88,7 @@ def _unpack_kernel(x: np.ndarray, *, num: int, axis: int) -> tuple[np.ndarray, .
     if x.shape[axis] != num:
         raise InvalidArgumentError(None, None, f"Unpack: input dim {axis} must be {num}, got "
                                    f"shape {list(x.shape)}.")
-    return tuple(np.moveaxis(x, axis, 0).copy())
+    return _outs(np.moveaxis(x, axis, 0).copy())
 
 
 def unstack(value: Any, num: int | None = None, axis: int = 0, name: str = "unstack"
@@ -119,7 +125,7 @@ def _split_kernel(axis_t: np.ndarray, x: np.ndarray, *, num_split: int, axis: in
         raise InvalidArgumentError(None, None, f"Split: number of ways to split should evenly "
                                    f"divide the split dimension, but got split_dim {axis} "
                                    f"(size = {x.shape[axis]}) and num_split {num_split}")
-    return tuple(np.split(x, num_split, axis=axis))
+    return _outs(np.split(x, num_split, axis=axis))
 
 
 @register("SplitV", grad=_split_grad)
@@ -131,7 +137,7 @@ def _splitv_kernel(x: np.ndarray, sizes: np.ndarray, axis_t: np.ndarray, *, num_
     if sizes.sum() != x.shape[axis] or (sizes < 0).any():
         raise InvalidArgumentError(None, None, f"SplitV: sizes {sizes.tolist()} must sum to "
                                    f"dim {axis} of shape {list(x.shape)}.")
-    return tuple(np.split(x, np.cumsum(sizes)[:-1], axis=axis))
+    return _outs(np.split(x, np.cumsum(sizes)[:-1], axis=axis))
 
 
 def split(value: Any, num_or_size_splits: Any, axis: int = 0, num: int | None = None,
@@ -233,6 +239,18 @@ def reverse(tensor: Any, axis: Any, name: str | None = None) -> Tensor:
         for a in np.reshape(v, -1).tolist():
             _axis(a, x.shape.ndims, "ReverseV2")
     return single("ReverseV2", [x, ax], x.dtype, x.shape, name=name or "ReverseV2")
+
+
+reverse_v2 = reverse
+
+
+def get_static_value(tensor: Any, partial: bool = False) -> np.ndarray | None:
+    """The value of ``tensor`` if known at graph-build time (constants, shapes of known
+    static shapes, and small pure computations on them), else None, as
+    ``tf.get_static_value``. ``partial`` is accepted for TF's signature."""
+    if not isinstance(tensor, Tensor):
+        return np.asarray(tensor) if tensor is not None else None
+    return constant_value(tensor)
 
 
 # --------------------------------------------------------------------- pad
@@ -367,7 +385,7 @@ def _rank_kernel(x: np.ndarray) -> np.ndarray:
 
 @register("ShapeN", not_differentiable=True)
 def _shape_n_kernel(*xs: np.ndarray, out_type: Any) -> tuple[np.ndarray, ...]:
-    return tuple(np.asarray(x.shape, out_type.np) for x in xs)
+    return _outs(np.asarray(x.shape, out_type.np) for x in xs)
 
 
 def size(input: Any, name: str | None = None, out_type: Any = _dtypes.int32) -> Tensor:  # noqa: A002
@@ -421,7 +439,7 @@ def placeholder_with_default(input: Any, shape: Any, name: str | None = None) ->
 
 @register("IdentityN", grad=lambda op, *gs: list(gs))
 def _identity_n_kernel(*xs: np.ndarray) -> tuple[np.ndarray, ...]:
-    return xs
+    return _outs(xs)
 
 
 def identity_n(input: Any, name: str | None = None) -> list[Tensor]:  # noqa: A002

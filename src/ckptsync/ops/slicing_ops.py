@@ -27,7 +27,8 @@ from .const_fold import constant_value
 from .manip_ops import pad, stack
 from .registry import register, single
 
-__all__ = ["slice", "strided_slice"]
+__all__ = ["slice", "strided_slice", "newaxis"]
+newaxis = None  # tf.newaxis: x[:, tf.newaxis]
 NN_EXPORTS: tuple[str, ...] = ()
 
 builtins_slice = builtins.slice  # ``slice`` below is tf.slice
