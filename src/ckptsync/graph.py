@@ -79,6 +79,9 @@ class Graph:
         self.seed: int | None = None
         # The graph's VariableStore (ckptsync.variable_scope.get_variable_store makes it).
         self._scope_state: Any = None
+        # While a cond branch or loop body is traced: captures outside inputs
+        # (ckptsync.ops.func_graph installs it).
+        self._func_hook: Any = None
 
     # ----------------------------------------------------------------- defaults
     @contextlib.contextmanager
@@ -249,10 +252,15 @@ class Graph:
             else:
                 full = self.unique_name(base)
             ctrl = [*self._current_control_inputs(), *control_inputs]
+            hook = self._func_hook
+            if hook is not None:
+                inputs, ctrl = hook.capture_inputs(op_type, inputs, ctrl)
             op = Operation(self, op_type, full, inputs, output_dtypes, output_shapes, attrs,
                            ctrl, self._current_device())
             self._ops.append(op)
             self._ops_by_name[full] = op
+            if hook is not None:
+                hook.created(op)
             return op
 
     def get_operations(self) -> list[Operation]:

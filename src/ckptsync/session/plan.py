@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import FailedPreconditionError
+from ..errors import FailedPreconditionError, InvalidArgumentError, OpError
 from ..ops.registry import get_op_def
 from ..tensor import Operation
 
@@ -68,6 +68,35 @@ class RunContext:
     def rng(self, op: Operation) -> np.random.Generator:
         """The random generator of ``op`` in this session (seeded by its attrs)."""
         return self._rng(op)
+
+    def compile(self, elements: list[Any], fed: list[Any]) -> Plan:
+        """The plan of a sub-graph (a cond branch, a loop body) that computes ``elements``
+        from the tensors of ``fed``; the caller caches it (see :meth:`execute`)."""
+        from .planner import compile_plan  # the planner builds on this module
+
+        return compile_plan(elements, fed)
+
+    def execute(self, plan: Plan, feeds: list[Any]) -> list[Any]:
+        """Runs a sub-graph's ``plan`` inside this run (same variables, writes and RNGs)
+        with ``feeds`` in its feed slots; returns its fetched values.
+
+        Raises:
+            InvalidArgumentError: a kernel failed (names the op inside the sub-graph).
+        """
+        values = plan.template.copy()
+        for s, value in zip(plan.feed_slots, feeds):
+            values[s] = value
+        i = 0
+        try:
+            for i, step in enumerate(plan.steps):  # noqa: B007
+                step(values, self)
+        except OpError:
+            raise
+        except (ValueError, TypeError, IndexError, ArithmeticError, MemoryError) as e:
+            op = plan.ops[i]
+            raise InvalidArgumentError(
+                None, op, f"{op.type} op '{op.name}' failed: {e}") from e
+        return [None if s is None else values[s] for s in plan.fetch_slots]
 
 
 # A step takes the run's value slots and its run context.
