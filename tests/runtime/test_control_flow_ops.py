@@ -26,6 +26,22 @@ if "TestCounter" not in registered_types():
         return x
 
 
+def _normal(shape):
+    return RNG.normal(size=shape)
+
+
+# Central-difference cases run by test_op_gradients.py (its table's format).
+GRAD_CASES = {
+    "cond_true": (lambda a, b: cs.cond(cs.constant(True), lambda: a * cs.nn.tanh(b),
+                                       lambda: a + b), [(_normal, (2, 3)), (_normal, (3,))]),
+    "cond_false": (lambda a, b: cs.cond(cs.constant(False), lambda: a * b,
+                                        lambda: cs.square(a) - b), [(_normal, (2, 3)), (_normal, (3,))]),
+    "while_loop": (lambda a, w: cs.while_loop(
+        lambda i, x: i < 3, lambda i, x: (i + 1, cs.nn.tanh(cs.matmul(x, w))), [0, a])[1],
+        [(_normal, (2, 3)), (_normal, (3, 3))]),
+}
+
+
 def counted(x, tag):
     return make_op("TestCounter", [x], [x.dtype], [x.shape], name="counter",
                    attrs={"tag": tag}).outputs[0]
@@ -49,6 +65,18 @@ def _check_grads(loss, xs, feed, sess, tol=1e-5):
     for x, g in zip(xs, got):
         want = _numeric(lambda: float(sess.run(loss, feed)), feed[x])
         np.testing.assert_allclose(g, want, rtol=tol, atol=tol, err_msg=x.name)
+
+
+@pytest.mark.parametrize("name", sorted(GRAD_CASES))
+def test_grad_cases_central_differences(name):
+    build, gens = GRAD_CASES[name]
+    g = cs.Graph()
+    with g.as_default():
+        values = [gen(shape) for gen, shape in gens]
+        phs = [cs.placeholder(cs.float64, v.shape) for v in values]
+        y = build(*phs)
+        loss = cs.reduce_sum(y * RNG.normal(size=y.shape.as_list()))
+        _check_grads(loss, phs, dict(zip(phs, values)), cs.Session())
 
 
 # ----------------------------------------------------------------------- cond
