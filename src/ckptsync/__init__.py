@@ -130,6 +130,10 @@ from .ops.embedding_ops import *  # noqa: F401,F403
 from .ops.scatter_ops import *  # noqa: F401,F403
 from .ops.conv_ops import *  # noqa: F401,F403
 from .ops.nn_impl import *  # noqa: F401,F403
+from .ops.nn_norm import *  # noqa: F401,F403
+from .ops.nn_losses import *  # noqa: F401,F403
+from .ops.nn_topk import *  # noqa: F401,F403
+from .ops.nn_dropout import *  # noqa: F401,F403
 from .ops.control_flow_ops import *  # noqa: F401,F403
 from .ops.random_ops import (  # noqa: F401
     random_normal,

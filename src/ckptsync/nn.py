@@ -7,10 +7,10 @@ from .ops.nn_ops import (  # noqa: F401
     sigmoid,
     softmax,
     softmax_cross_entropy_with_logits,
+    softmax_cross_entropy_with_logits_v2,
     sparse_softmax_cross_entropy_with_logits,
     tanh,
 )
-from .ops.nn_ops import softmax_cross_entropy_with_logits as softmax_cross_entropy_with_logits_v2  # noqa: F401
 
 from .ops import MODULES as _OP_MODULES
 

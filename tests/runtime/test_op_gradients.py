@@ -68,7 +68,7 @@ CASES = {
     "bias_add": (lambda a, b: cs.nn.bias_add(a, b), [(_any, (2, 3, 4)), (_any, (4,))]),
     "sparse_xent": (lambda a: cs.nn.sparse_softmax_cross_entropy_with_logits(
         labels=cs.constant(np.array([1, 0, 3], np.int32)), logits=a), [(_any, (3, 4))]),
-    "softmax_xent": (lambda a, b: cs.nn.softmax_cross_entropy_with_logits(
+    "softmax_xent": (lambda a, b: cs.nn.softmax_cross_entropy_with_logits_v2(
         labels=cs.nn.softmax(b), logits=a), [(_any, (3, 4)), (_any, (3, 4))]),
 }
 # conv (more configurations and second order: test_conv_ops.py)

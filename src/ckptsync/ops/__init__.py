@@ -20,6 +20,10 @@ from . import (  # noqa: F401  (registration; exported through __all__ / NN_EXPO
     scatter_ops,
     conv_ops,
     nn_impl,
+    nn_norm,
+    nn_losses,
+    nn_topk,
+    nn_dropout,
     control_flow_ops,
 )
 
@@ -37,5 +41,9 @@ MODULES = (
     scatter_ops,
     conv_ops,
     nn_impl,
+    nn_norm,
+    nn_losses,
+    nn_topk,
+    nn_dropout,
     control_flow_ops,
 )

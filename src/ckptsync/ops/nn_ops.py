@@ -15,13 +15,14 @@ import numpy as np
 from .. import dtypes as _dtypes
 from ..errors import CkptsyncTypeError, CkptsyncValueError, InvalidArgumentError
 from ..graph import Tensor
-from .array_ops import convert_to_tensor
+from .array_ops import convert_to_tensor, stop_gradient
 from .math_ops import exp, multiply, negative, reduce_sum, subtract, unary
 from .registry import register, single
 
 __all__ = [
     "relu", "sigmoid", "tanh", "softmax", "log_softmax", "bias_add",
     "sparse_softmax_cross_entropy_with_logits", "softmax_cross_entropy_with_logits",
+    "softmax_cross_entropy_with_logits_v2",
 ]
 
 
@@ -214,24 +215,58 @@ def sparse_softmax_cross_entropy_with_logits(_sentinel: Any = None, labels: Any 
                               [lg.dtype, lg.dtype], [lbs, ls], name=name).outputs[0]
 
 
-def softmax_cross_entropy_with_logits(_sentinel: Any = None, labels: Any = None,
-                                      logits: Any = None, name: str | None = None) -> Tensor:
-    """Per-example cross-entropy of ``logits [batch, C]`` against distributions ``labels``.
+def _last_axis(op: str, axis: Any, lg: Tensor) -> None:
+    if axis is None or axis == -1 or (lg.shape.ndims is not None and axis == lg.shape.ndims - 1):
+        return
+    raise CkptsyncValueError(f"{op}: only the last axis is supported as the class axis, got "
+                             f"axis={axis} for logits of shape {lg.shape}.")
 
-    As ``tf.nn.softmax_cross_entropy_with_logits_v2`` (gradients flow into labels too).
+
+def softmax_cross_entropy_with_logits_v2(labels: Any = None, logits: Any = None,
+                                         axis: Any = None, name: str | None = None,
+                                         dim: Any = None) -> Tensor:
+    """Per-example cross-entropy of ``logits [batch, C]`` against distributions ``labels``
+    (``[batch, C]``, the logits' dtype) -> ``[batch]``, as
+    ``tf.nn.softmax_cross_entropy_with_logits_v2``: gradients flow into both.
+
+    Raises:
+        ValueError: shapes that do not fit, or a class axis other than the last.
+        TypeError: non-float logits.
     """
-    if _sentinel is not None:
-        raise CkptsyncValueError("Only call `softmax_cross_entropy_with_logits` with named "
-                                 "arguments (labels=..., logits=..., ...).")
     lg = convert_to_tensor(logits)
     lb = convert_to_tensor(labels, dtype=lg.dtype)
     _float("SoftmaxCrossEntropyWithLogits", lg)
+    _last_axis("softmax_cross_entropy_with_logits", dim if axis is None else axis, lg)
     if not lg.shape.is_compatible_with(lb.shape):
         raise CkptsyncValueError(f"logits and labels must be broadcastable: logits_size={lg.shape} "
                                  f"labels_size={lb.shape}")
     out_shape = None if lg.shape.dims is None else lg.shape.dims[:-1]
     return lg.graph.create_op("SoftmaxCrossEntropyWithLogits", [lg, lb], [lg.dtype, lg.dtype],
                               [out_shape, lg.shape], name=name).outputs[0]
+
+
+def softmax_cross_entropy_with_logits(_sentinel: Any = None, labels: Any = None,
+                                      logits: Any = None, dim: Any = -1, name: str | None = None,
+                                      axis: Any = None) -> Tensor:
+    """Per-example cross-entropy of ``logits [batch, C]`` against distributions ``labels``
+    -> ``[batch]``, as TF1's (v1) ``tf.nn.softmax_cross_entropy_with_logits``: the labels
+    pass through ``stop_gradient`` (``labels_stop_gradient``), so no gradient flows into
+    them (use ``softmax_cross_entropy_with_logits_v2`` for that). Arguments must be named.
+
+    Raises:
+        ValueError: positional arguments, shapes that do not fit, or a class axis other
+            than the last.
+        TypeError: non-float logits.
+    """
+    if _sentinel is not None:
+        raise CkptsyncValueError("Only call `softmax_cross_entropy_with_logits` with named "
+                                 "arguments (labels=..., logits=..., ...).")
+    if labels is None or logits is None:
+        raise CkptsyncValueError("Both labels and logits must be provided.")
+    lg = convert_to_tensor(logits)
+    lb = stop_gradient(convert_to_tensor(labels, dtype=lg.dtype), name="labels_stop_gradient")
+    return softmax_cross_entropy_with_logits_v2(labels=lb, logits=lg, axis=axis,
+                                                name=name, dim=dim)
 
 
 _ = _dtypes

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes as _dtypes
-from ..errors import CkptsyncValueError
+from ..errors import CkptsyncValueError, InvalidArgumentError
 from ..graph import Operation, Tensor, get_default_graph
 from ..tensor_shape import TensorShape
 from .registry import register, single
@@ -39,7 +39,7 @@ def get_seed(op_seed: int | None) -> tuple[int | None, int | None]:
 
 
 def _shape(shape: Any) -> tuple[int, ...]:
-    s = TensorShape(shape)
+    s = shape if isinstance(shape, TensorShape) else TensorShape(shape)
     if not s.is_fully_defined():
         raise CkptsyncValueError(f"Random op shape must be fully defined, got {s}.")
     return tuple(s.as_list())  # type: ignore[arg-type]
@@ -52,25 +52,35 @@ def _float_dtype(dtype: Any) -> _dtypes.DType:
     return dt
 
 
+def _run_shape(op: Operation, shape: Any) -> tuple[int, ...]:
+    if shape is None:
+        return op.attrs["shape"]
+    dims = tuple(int(d) for d in np.asarray(shape).reshape(-1))
+    if any(d < 0 for d in dims):
+        raise InvalidArgumentError(None, op, f"{op.type}: the shape must not be negative, got "
+                                   f"{list(dims)}.")
+    return dims
+
+
 @register("RandomUniform", kind="stateful")
-def _uniform_kernel(ctx: Any, op: Operation) -> np.ndarray:
+def _uniform_kernel(ctx: Any, op: Operation, shape: Any = None) -> np.ndarray:
     a = op.attrs
-    u = ctx.rng(op).random(a["shape"], dtype=np.float64)
+    u = ctx.rng(op).random(_run_shape(op, shape), dtype=np.float64)
     return (a["minval"] + u * (a["maxval"] - a["minval"])).astype(a["dtype"].np)
 
 
 @register("RandomStandardNormal", kind="stateful")
-def _normal_kernel(ctx: Any, op: Operation) -> np.ndarray:
+def _normal_kernel(ctx: Any, op: Operation, shape: Any = None) -> np.ndarray:
     a = op.attrs
-    z = ctx.rng(op).standard_normal(a["shape"])
+    z = ctx.rng(op).standard_normal(_run_shape(op, shape))
     return (a["mean"] + a["stddev"] * z).astype(a["dtype"].np)
 
 
 @register("TruncatedNormal", kind="stateful")
-def _truncated_kernel(ctx: Any, op: Operation) -> np.ndarray:
+def _truncated_kernel(ctx: Any, op: Operation, shape: Any = None) -> np.ndarray:
     a = op.attrs
     rng = ctx.rng(op)
-    z = rng.standard_normal(a["shape"])
+    z = rng.standard_normal(_run_shape(op, shape))
     bad = np.abs(z) > 2.0
     while bad.any():
         z[bad] = rng.standard_normal(int(bad.sum()))
@@ -81,10 +91,36 @@ def _truncated_kernel(ctx: Any, op: Operation) -> np.ndarray:
 def _random(op_type: str, shape: Any, dtype: Any, seed: int | None, name: str | None,
             **attrs: Any) -> Tensor:
     dt = _float_dtype(dtype)
+    if isinstance(shape, Tensor) or hasattr(shape, "_as_graph_element"):
+        return _random_shaped(op_type, shape, dt, seed, name, attrs)
     shp = _shape(shape)
     s1, s2 = get_seed(seed)
     return single(op_type, [], dt, shp, name=name or op_type,
                   attrs={"shape": shp, "dtype": dt, "seed": s1, "seed2": s2, **attrs})
+
+
+def static_shape_of(shape: Tensor) -> TensorShape:
+    """What a 1-D shape tensor is known to hold at build time (``cs.shape(x)`` gives
+    ``x``'s static shape, a constant its value, otherwise only the rank)."""
+    op = shape.op
+    if op.type == "Shape":
+        return op.inputs[0].shape
+    if op.type == "Const":
+        return TensorShape([int(d) for d in np.asarray(op.attrs["value"]).reshape(-1)])
+    n = shape.shape.dims[0] if shape.shape.ndims == 1 else None
+    return TensorShape(None if n is None else [None] * n)
+
+
+def _random_shaped(op_type: str, shape: Any, dt: _dtypes.DType, seed: int | None,
+                   name: str | None, attrs: dict[str, Any]) -> Tensor:
+    from .array_ops import convert_to_tensor
+    t = convert_to_tensor(shape)
+    if not t.dtype.is_integer or (t.shape.ndims is not None and t.shape.ndims != 1):
+        raise CkptsyncValueError(f"{op_type}: a shape tensor must be a 1-D int tensor, got "
+                                 f"{t.dtype.name} {t.shape}.")
+    s1, s2 = get_seed(seed)
+    return single(op_type, [t], dt, static_shape_of(t), name=name or op_type,
+                  attrs={"shape": None, "dtype": dt, "seed": s1, "seed2": s2, **attrs})
 
 
 def random_uniform(shape: Any, minval: float = 0.0, maxval: float = 1.0,
