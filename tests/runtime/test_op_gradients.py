@@ -10,6 +10,8 @@ import pytest
 
 import ckptsync as cs
 from ckptsync.ops.registry import get_op_def, registered_types
+from tests.runtime.test_nn_ops import _NOT_CENTRAL as NN_NOT_CENTRAL
+from tests.runtime.test_nn_ops import GRAD_CASES as NN_GRAD_CASES
 
 RNG = np.random.default_rng(42)
 
@@ -80,6 +82,8 @@ CASES.update({
     "max_pool": (lambda a: cs.nn.max_pool(a, 3, 2, "SAME"), [(_apart, (2, 5, 5, 2))]),
     "avg_pool": (lambda a: cs.nn.avg_pool(a, 3, 2, "SAME"), [(_any, (2, 5, 5, 2))]),
 })
+# nn (the table, dropout and property tests: test_nn_ops.py)
+CASES.update({f"nn_{k}": v for k, v in NN_GRAD_CASES.items() if k not in NN_NOT_CENTRAL})
 
 
 def _numeric(f, x, eps=1e-6):
@@ -149,6 +153,7 @@ def test_every_differentiable_op_type_is_checked():
                 "ReluGrad", "BiasAddGrad", "XentGrad", "Assign", "AssignAdd", "AssignSub",
                 "ApplyGradientDescent", "ApplyMomentum", "ApplyAdam"}
     internal |= {"Conv2DBackpropFilter", "MaxPoolGrad", "AvgPoolGrad"}  # test_conv_ops.py
+    internal |= {"FusedBatchNormV3"}  # float32 only: float64 kernel check in test_nn_ops.py
     # The core ops (ckptsync.ops); optimizer and MPI kernels are tested with their modules.
     defs = [get_op_def(t) for t in registered_types()]
     differentiable = {d.type for d in defs if d.gradient is not None

@@ -37,9 +37,9 @@ def _noise_shape(x: Tensor, noise_shape: Any) -> Any:
     xd = x.shape.dims
     if xd is not None and ns.dims is not None and len(xd) == len(ns.dims):
         ns = TensorShape([d if n is None and d is not None else n for d, n in zip(xd, ns.dims)])
-    if ns.dims is not None and x.shape.ndims is not None:
+    if ns.dims is not None and xd is not None:
         # The mask broadcasts against x: each noise dim is 1 or x's dim.
-        for n, d in zip(reversed(ns.dims), reversed(x.shape.dims)):
+        for n, d in zip(reversed(ns.dims), reversed(xd)):
             if n is not None and d is not None and n not in (1, d):
                 raise CkptsyncValueError(f"dropout: noise_shape {ns} does not broadcast to the "
                                          f"shape of x {x.shape}.")

@@ -18,7 +18,7 @@ from .. import dtypes as _dtypes
 from ..errors import CkptsyncTypeError, CkptsyncValueError
 from ..graph import Tensor, name_scope
 from .array_ops import convert_to_tensor
-from .math_ops import cast, matmul, multiply, negative, unary
+from .math_ops import cast, matmul, maximum, multiply, negative, unary
 from .nn_ops import bias_add, sigmoid
 from .registry import register, single
 
@@ -131,7 +131,6 @@ def leaky_relu(features: Any, alpha: float = 0.2, name: str | None = None) -> Te
         if not t.dtype.is_floating:
             raise CkptsyncTypeError(f"LeakyRelu: expected a real tensor, got {t.dtype.name}.")
         if isinstance(alpha, Tensor) or hasattr(alpha, "_as_graph_element"):
-            from .math_ops import maximum
             return maximum(multiply(convert_to_tensor(alpha, dtype=t.dtype), t), t, name=scope)
         return single("LeakyRelu", [t], t.dtype, t.shape, name=scope,
                       attrs={"alpha": float(alpha)})

@@ -17,8 +17,18 @@ from .. import dtypes as _dtypes
 from ..errors import CkptsyncTypeError, CkptsyncValueError
 from ..graph import Tensor, name_scope
 from .array_ops import convert_to_tensor, squeeze, stop_gradient
-from .math_ops import add, cast, maximum, multiply, negative, pow, reduce_mean, reduce_sum
-from .math_ops import square, subtract
+from .math_ops import (
+    add,
+    cast,
+    maximum,
+    multiply,
+    negative,
+    pow,
+    reduce_mean,
+    reduce_sum,
+    square,
+    subtract,
+)
 from .registry import register
 
 __all__: list[str] = []
@@ -242,9 +252,8 @@ def fused_batch_norm(x: Any, scale: Any, offset: Any, mean: Any = None, variance
     if t.shape.ndims is not None and t.shape.ndims != rank:
         raise CkptsyncValueError(f"FusedBatchNormV3: x must be {rank}-D for {data_format}, got "
                                  f"shape {t.shape}.")
-    chan = None
-    if t.shape.ndims is not None:
-        chan = t.shape.dims[1 if data_format.startswith("NC") else -1]
+    xdims = t.shape.dims
+    chan = None if xdims is None else xdims[1 if data_format.startswith("NC") else -1]
     for label, v in zip(("scale", "offset", "mean", "variance"), vecs):
         if v.dtype != _dtypes.float32:
             raise CkptsyncTypeError(f"FusedBatchNormV3: {label} must be float32, got "
@@ -254,7 +263,8 @@ def fused_batch_norm(x: Any, scale: Any, offset: Any, mean: Any = None, variance
         if v.shape.ndims is not None and v.shape.ndims != 1:
             raise CkptsyncValueError(f"FusedBatchNormV3: {label} must be 1-D, got shape "
                                      f"{v.shape}.")
-        n = v.shape.dims[0] if v.shape.ndims else None
+        vdims = v.shape.dims
+        n = vdims[0] if vdims else None
         if chan is not None and n is not None and n != chan:
             raise CkptsyncValueError(f"FusedBatchNormV3: {label} must have {chan} elements "
                                      f"(the channels of x {t.shape}), got shape {v.shape}.")

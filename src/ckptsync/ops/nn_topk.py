@@ -31,6 +31,11 @@ def _static_int(t: Tensor) -> int | None:
     return None
 
 
+def _first_dim(t: Tensor) -> int | None:
+    dims = t.shape.dims
+    return dims[0] if dims else None
+
+
 # --------------------------------------------------------------------- top_k
 def _grad_top_k(op: Any, g_values: Tensor | None, _g_indices: Any = None) -> list[Any]:
     if g_values is None:
@@ -43,16 +48,16 @@ def _grad_top_k(op: Any, g_values: Tensor | None, _g_indices: Any = None) -> lis
 def _top_k_kernel(x: np.ndarray, k: np.ndarray, *, sorted: bool, index_type: Any  # noqa: A002
                   ) -> tuple[np.ndarray, np.ndarray]:
     del sorted  # always sorted (TF leaves the order unspecified otherwise)
-    k = int(k)
+    kk = int(k)
     n = x.shape[-1] if x.ndim else 0
-    if k < 0:
-        raise InvalidArgumentError(None, None, f"TopKV2: need k >= 0, got {k}.")
-    if x.ndim < 1 or n < k:
+    if kk < 0:
+        raise InvalidArgumentError(None, None, f"TopKV2: need k >= 0, got {kk}.")
+    if x.ndim < 1 or n < kk:
         raise InvalidArgumentError(None, None, f"TopKV2: input must have at least k columns. "
-                                   f"Had {n}, needed {k}.")
+                                   f"Had {n}, needed {kk}.")
     # A stable descending order with the lower index first among ties (NaN counts as the
     # largest): a stable ascending sort of the reversed row, read backwards.
-    order = np.argsort(x[..., ::-1], axis=-1, kind="stable")[..., ::-1][..., :k]
+    order = np.argsort(x[..., ::-1], axis=-1, kind="stable")[..., ::-1][..., :kk]
     idx = (n - 1) - order
     return np.take_along_axis(x, idx, axis=-1), idx.astype(index_type.np)
 
@@ -147,8 +152,7 @@ def in_top_k(predictions: Any, targets: Any, k: Any, name: str | None = None) ->
             raise CkptsyncValueError(f"InTopKV2: predictions must be 2-D, got shape {p.shape}.")
         if t.shape.ndims is not None and t.shape.ndims != 1:
             raise CkptsyncValueError(f"InTopKV2: targets must be 1-D, got shape {t.shape}.")
-        batch = p.shape.dims[0] if p.shape.ndims else None
-        tb = t.shape.dims[0] if t.shape.ndims else None
+        batch, tb = _first_dim(p), _first_dim(t)
         if batch is not None and tb is not None and batch != tb:
             raise CkptsyncValueError(f"InTopKV2: predictions {p.shape} and targets {t.shape} "
                                      f"must have the same batch size.")

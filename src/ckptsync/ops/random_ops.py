@@ -16,6 +16,7 @@ from .. import dtypes as _dtypes
 from ..errors import CkptsyncValueError, InvalidArgumentError
 from ..graph import Operation, Tensor, get_default_graph
 from ..tensor_shape import TensorShape
+from .array_ops import convert_to_tensor
 from .registry import register, single
 
 __all__ = ["random_uniform", "random_normal", "truncated_normal", "set_random_seed", "get_seed"]
@@ -107,13 +108,13 @@ def static_shape_of(shape: Tensor) -> TensorShape:
         return op.inputs[0].shape
     if op.type == "Const":
         return TensorShape([int(d) for d in np.asarray(op.attrs["value"]).reshape(-1)])
-    n = shape.shape.dims[0] if shape.shape.ndims == 1 else None
+    dims = shape.shape.dims
+    n = dims[0] if dims is not None and len(dims) == 1 else None
     return TensorShape(None if n is None else [None] * n)
 
 
 def _random_shaped(op_type: str, shape: Any, dt: _dtypes.DType, seed: int | None,
                    name: str | None, attrs: dict[str, Any]) -> Tensor:
-    from .array_ops import convert_to_tensor
     t = convert_to_tensor(shape)
     if not t.dtype.is_integer or (t.shape.ndims is not None and t.shape.ndims != 1):
         raise CkptsyncValueError(f"{op_type}: a shape tensor must be a 1-D int tensor, got "
