@@ -16,6 +16,12 @@ from ..checkpoint import (  # noqa: F401
     remove_checkpoint,
     update_checkpoint_state,
 )
+from .adaptive_optimizers import (  # noqa: F401
+    AdadeltaOptimizer,
+    AdagradOptimizer,
+    FtrlOptimizer,
+    RMSPropOptimizer,
+)
 from .basic_hooks import (  # noqa: F401
     CheckpointSaverHook,
     CheckpointSaverListener,
@@ -27,6 +33,15 @@ from .basic_hooks import (  # noqa: F401
     StepCounterHook,
     StopAtStepHook,
 )
+from .checkpoint_utils import init_from_checkpoint  # noqa: F401
+from .learning_rate_decay import (  # noqa: F401
+    cosine_decay,
+    exponential_decay,
+    inverse_time_decay,
+    natural_exp_decay,
+    piecewise_constant,
+    polynomial_decay,
+)
 from .monitored_session import (  # noqa: F401
     ChiefSessionCreator,
     MonitoredSession,
@@ -35,6 +50,7 @@ from .monitored_session import (  # noqa: F401
     SingularMonitoredSession,
     WorkerSessionCreator,
 )
+from .moving_averages import ExponentialMovingAverage  # noqa: F401
 from .optimizer import (  # noqa: F401
     AdamOptimizer,
     GradientDescentOptimizer,

@@ -29,14 +29,15 @@ from ..errors import CkptsyncTypeError, CkptsyncValueError
 from ..gradients import gradients
 from ..graph import Graph, GraphKeys, Operation, Tensor, get_default_graph
 from ..indexed_slices import IndexedSlices
-from ..initializers import constant_initializer, zeros_initializer
+from ..initializers import zeros_initializer
 from ..ops.array_ops import convert_to_tensor
-from ..ops.math_ops import multiply
+from ..ops.math_ops import cast, multiply
 from ..ops.registry import register
 from ..ops.scatter_ops import scatter_sub, sum_duplicate_indices
 from ..ops.state_ops import assign, assign_add, group
-from ..variable_scope import get_variable, get_variable_store, variable_scope
+from ..variable_scope import get_variable, get_variable_scope, get_variable_store, variable_scope
 from ..variables import Variable, trainable_variables
+from .update_kernels import apply_op
 
 __all__ = ["Optimizer", "GradientDescentOptimizer", "MomentumOptimizer", "AdamOptimizer",
            "GradsAndVars", "GradientReducer", "reducing_gradients", "gradient_reducer"]
@@ -150,12 +151,15 @@ def _apply_adam(ctx: Any, op: Operation, _v: None, _m: None, _s: None, b1p: np.n
     # Python floats are "weak" scalars for numpy: float32 arrays stay float32.
     b1_, b2_ = float(b1), float(b2)
     lr_t = float(lr) * math.sqrt(1.0 - float(b2p)) / (1.0 - float(b1p))
-    # New arrays (the old ones may be held by a fetch or a snapshot), updated in place.
-    m = m * b1_
+    # New arrays (the old ones may be held by a fetch or a snapshot), updated in place;
+    # np.array keeps a rank-0 variable an array (``m * b1`` would be a numpy scalar).
+    m = np.array(m, copy=True)
+    m *= b1_
     m += (1.0 - b1_) * grad
-    v = v * b2_
+    v = np.array(v, copy=True)
+    v *= b2_
     v += (1.0 - b2_) * np.square(grad)
-    step = np.sqrt(v)
+    step = np.array(np.sqrt(v), copy=True)
     step += float(eps)
     np.divide(m, step, out=step)
     step *= lr_t
@@ -222,7 +226,7 @@ class Optimizer:
                 "No gradients provided for any variable, check your graph for ops that do not "
                 f"support gradients, between variables {[v.name for _, v in gv]} and loss.")
         graph = get_default_graph()
-        with graph.name_scope(None):
+        with graph.control_dependencies(None):  # TF1's init_scope (the name scope stays)
             self._create_slots([v for _, v in with_grad])
             self._prepare()
         with graph.name_scope(name or self._name) as scope:
@@ -256,19 +260,35 @@ class Optimizer:
         named = self._slots.setdefault(slot_name, {})
         if var.op.name in named:
             return named[var.op.name]
+        return self._slot_with_initializer(var, slot_name, op_name, zeros_initializer())
+
+    def _slot_with_initializer(self, var: Variable, slot_name: str, op_name: str,
+                               initializer: Any) -> Variable:
+        """The slot ``slot_name`` of ``var``, created as ``<var>/<op_name>`` in the current
+        variable scope (``foo/w/Adam`` under ``variable_scope("foo")``; made unique
+        with ``_1``, ``_2``... as TF1's ``slot_creator``: Adam's m and v are ``w/Adam`` and
+        ``w/Adam_1``, a second Adam's ``w/Adam_2`` and ``w/Adam_3``)."""
+        named = self._slots.setdefault(slot_name, {})
+        if var.op.name in named:
+            return named[var.op.name]
+        graph = get_default_graph()
+        scope = get_variable_scope().name
+        with graph.name_scope(None):  # made unique as a name scope, as TF1's slot_creator
+            full = graph.unique_name(f"{scope + '/' if scope else ''}{var.op.name}/{op_name}")
         with _root_scope():
-            slot = get_variable(f"{var.op.name}/{op_name}", shape=var.shape.as_list(),
-                                dtype=var.dtype, initializer=zeros_initializer(),
-                                trainable=False)
+            slot = get_variable(full, shape=var.shape.as_list(), dtype=var.dtype.base_dtype,
+                                initializer=initializer, trainable=False)
         named[var.op.name] = slot
         return slot
 
     def _non_slot_variable(self, name: str, initial: float, dtype: _dtypes.DType) -> Variable:
+        """A variable of this optimizer instance named ``name`` in the current name scope
+        (a second instance's is ``name_1``, as TF1's ``_create_non_slot_variable``)."""
         if name not in self._non_slot:
-            with _root_scope():
-                self._non_slot[name] = get_variable(
-                    name, shape=[], dtype=dtype, initializer=constant_initializer(initial),
-                    trainable=False)
+            graph = get_default_graph()
+            with graph.control_dependencies(None):
+                self._non_slot[name] = Variable(
+                    lambda: np.asarray(initial, dtype=dtype.np), name=name, trainable=False)
         return self._non_slot[name]
 
     def get_slot(self, var: Variable, name: str) -> Variable | None:
@@ -334,13 +354,24 @@ def _root_scope() -> Any:
     return variable_scope(root, auxiliary_name_scope=False)
 
 
+Hyper = Any  # a Python number, or a float Tensor/Variable/placeholder (fed per step),
+#             or a zero-argument callable returning one (as TF1's optimizers accept)
+
+
+def _is_dynamic(value: Any) -> bool:
+    return isinstance(value, (Tensor, Variable)) or callable(value)
+
+
 def _hyper(name: str, value: Any, low: float = 0.0, high: float | None = None,
-           low_open: bool = False) -> float:
-    """Validates a hyperparameter: a finite real number in range (names it if not)."""
+           low_open: bool = False) -> Hyper:
+    """Validates a hyperparameter: a finite real number in range (names it if not); a
+    tensor, variable or callable passes as it is (its value is known only at run time)."""
+    if _is_dynamic(value):
+        return value
     try:
         v = float(value)
     except (TypeError, ValueError):
-        raise CkptsyncTypeError(f"{name} must be a number, got {value!r}.") from None
+        raise CkptsyncTypeError(f"{name} must be a number or a tensor, got {value!r}.") from None
     ok = math.isfinite(v) and (v > low if low_open else v >= low) and (high is None or v < high)
     if not ok:
         rng = f"{'(' if low_open else '['}{low}, {high if high is not None else 'inf'})"
@@ -348,8 +379,15 @@ def _hyper(name: str, value: Any, low: float = 0.0, high: float | None = None,
     return v
 
 
-def _const(x: float, dtype: _dtypes.DType, name: str) -> Tensor:
-    return convert_to_tensor(x, dtype=dtype, name=name)
+def _const(x: Hyper, dtype: _dtypes.DType, name: str) -> Tensor:
+    """``x`` as a scalar tensor of the variable's ``dtype``: a number becomes a constant
+    named ``name``; a tensor is cast (as TF1's ``math_ops.cast(lr_t, var.dtype)``)."""
+    if callable(x) and not isinstance(x, (Tensor, Variable)):
+        x = x()
+    if isinstance(x, (Tensor, Variable)):
+        t = x.value() if isinstance(x, Variable) else x
+        return t if t.dtype.base_dtype == dtype.base_dtype else cast(t, dtype.base_dtype)
+    return convert_to_tensor(x, dtype=dtype.base_dtype, name=name)
 
 
 class GradientDescentOptimizer(Optimizer):
@@ -379,7 +417,7 @@ class GradientDescentOptimizer(Optimizer):
 class MomentumOptimizer(Optimizer):
     """Momentum (optionally Nesterov), as ``tf.train.MomentumOptimizer``; slot ``Momentum``."""
 
-    def __init__(self, learning_rate: float, momentum: float, use_locking: bool = False,
+    def __init__(self, learning_rate: Hyper, momentum: Hyper, use_locking: bool = False,
                  name: str = "Momentum", use_nesterov: bool = False):
         super().__init__(use_locking, name)
         self._lr = _hyper("learning_rate", learning_rate)
@@ -399,6 +437,15 @@ class MomentumOptimizer(Optimizer):
                               _const(self._momentum, var.dtype, "momentum")],
             [var.dtype], [var.shape], attrs={"use_nesterov": self._nesterov}).outputs[0]
 
+    def _apply_sparse(self, grad: Any, var: Variable) -> Tensor:
+        """Only the rows ``grad.indices`` (an ``IndexedSlices``) of ``var`` and its slot
+        move (TF1's ``SparseApplyMomentum``)."""
+        accum = self.get_slot(var, "momentum")
+        assert accum is not None
+        return apply_op("SparseApplyMomentum", [var, accum], [
+            _const(self._lr, var.dtype, "learning_rate"), grad.values, grad.indices,
+            _const(self._momentum, var.dtype, "momentum")], use_nesterov=self._nesterov)
+
 
 class AdamOptimizer(Optimizer):
     """Adam with TF1's update rule, as ``tf.train.AdamOptimizer``.
@@ -408,8 +455,8 @@ class AdamOptimizer(Optimizer):
     after each step).
     """
 
-    def __init__(self, learning_rate: float = 0.001, beta1: float = 0.9, beta2: float = 0.999,
-                 epsilon: float = 1e-8, use_locking: bool = False, name: str = "Adam"):
+    def __init__(self, learning_rate: Hyper = 0.001, beta1: Hyper = 0.9, beta2: Hyper = 0.999,
+                 epsilon: Hyper = 1e-8, use_locking: bool = False, name: str = "Adam"):
         super().__init__(use_locking, name)
         self._lr = _hyper("learning_rate", learning_rate)
         self._beta1 = _hyper("beta1", beta1, 0.0, 1.0)
@@ -422,7 +469,7 @@ class AdamOptimizer(Optimizer):
         self._non_slot_variable("beta2_power", self._beta2, dt)
         for v in var_list:
             self._zeros_slot(v, "m", self._name)
-            self._zeros_slot(v, "v", self._name + "_1")
+            self._zeros_slot(v, "v", self._name)
 
     def _apply_dense(self, grad: Tensor, var: Variable) -> Tensor:
         m, v = self.get_slot(var, "m"), self.get_slot(var, "v")
@@ -441,8 +488,8 @@ class AdamOptimizer(Optimizer):
         graph = get_default_graph()
         b1p, b2p = self._non_slot["beta1_power"], self._non_slot["beta2_power"]
         with graph.control_dependencies(update_ops):
-            u1 = assign(b1p, b1p.value() * self._beta1)
-            u2 = assign(b2p, b2p.value() * self._beta2)
+            u1 = assign(b1p, b1p.value() * _const(self._beta1, b1p.dtype, "beta1"))
+            u2 = assign(b2p, b2p.value() * _const(self._beta2, b2p.dtype, "beta2"))
         return group(*update_ops, u1, u2, name=name_scope)
 
 

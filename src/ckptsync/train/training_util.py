@@ -9,7 +9,7 @@ from .. import dtypes as _dtypes
 from ..errors import CkptsyncTypeError, CkptsyncValueError
 from ..graph import Graph, GraphKeys, Tensor, get_default_graph
 from ..initializers import zeros_initializer
-from ..variable_scope import get_variable, get_variable_store, variable_scope
+from ..variable_scope import get_variable
 
 __all__ = ["get_global_step", "create_global_step", "get_or_create_global_step", "global_step"]
 
@@ -48,7 +48,9 @@ def get_global_step(graph: Graph | None = None) -> Any:
 
 
 def create_global_step(graph: Graph | None = None) -> Any:
-    """Creates the int64 ``global_step`` variable, as ``tf.train.create_global_step``.
+    """Creates the int64 ``global_step`` variable in the current variable scope (so
+    ``"model/global_step"`` under ``variable_scope("model")``), as
+    ``tf.train.create_global_step``.
 
     Raises:
         ValueError: '"global_step" already exists.'
@@ -56,15 +58,12 @@ def create_global_step(graph: Graph | None = None) -> Any:
     graph = graph or get_default_graph()
     if get_global_step(graph) is not None:
         raise CkptsyncValueError('"global_step" already exists.')
-    with graph.as_default(), variable_scope(get_variable_scope_root(), reuse=None):
-        with graph.name_scope(None):
-            return get_variable(
-                "global_step", shape=[], dtype=_dtypes.int64, initializer=zeros_initializer(),
-                trainable=False, collections=[GraphKeys.GLOBAL_VARIABLES, GraphKeys.GLOBAL_STEP])
-
-
-def get_variable_scope_root() -> Any:
-    return get_variable_store(get_default_graph()).root_scope
+    # In the current variable scope, as TF1: under variable_scope("model") the step is
+    # "model/global_step" (get_global_step finds it by its collection).
+    with graph.as_default(), graph.name_scope(None):
+        return get_variable(
+            "global_step", shape=[], dtype=_dtypes.int64, initializer=zeros_initializer(),
+            trainable=False, collections=[GraphKeys.GLOBAL_VARIABLES, GraphKeys.GLOBAL_STEP])
 
 
 def get_or_create_global_step(graph: Graph | None = None) -> Any:
