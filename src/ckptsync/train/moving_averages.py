@@ -128,7 +128,7 @@ class ExponentialMovingAverage:
         vscope = get_variable_scope().name
         with graph.name_scope(None):
             full = graph.unique_name(
-                f"{vscope + '/' if vscope else ''}{var.op.name}/{self._name}")
+                f"{vscope + '/' if vscope else ''}{var.op.name}/{self._name}", mark_as_used=False)
         with _root_scope():
             if initial is not None:  # starts where the variable starts
                 return get_variable(full, initializer=initial, trainable=False)

@@ -274,7 +274,8 @@ class Optimizer:
         graph = get_default_graph()
         scope = get_variable_scope().name
         with graph.name_scope(None):  # made unique as a name scope, as TF1's slot_creator
-            full = graph.unique_name(f"{scope + '/' if scope else ''}{var.op.name}/{op_name}")
+            full = graph.unique_name(f"{scope + '/' if scope else ''}{var.op.name}/{op_name}",
+                                     mark_as_used=False)  # the variable marks it
         with _root_scope():
             slot = get_variable(full, shape=var.shape.as_list(), dtype=var.dtype.base_dtype,
                                 initializer=initializer, trainable=False)
