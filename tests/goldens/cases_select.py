@@ -472,3 +472,41 @@ def sequence_mask_tensor_maxlen_int64(tf):
     m = tf.placeholder(tf.int32, [], name="m")
     out = tf.sequence_mask(lengths, m, dtype=tf.int32, name="mask")
     return {"feeds": {m: np.int32(3)}, "fetch": {"out": out}, "names": [out.op.name]}
+
+
+@case
+def gather_nd_batch_dims(tf):
+    p = tf.placeholder(tf.float32, [2, 3, 4], name="p")
+    i = tf.placeholder(tf.int32, [2, 5, 1], name="i")
+    out = tf.gather_nd(p, i, batch_dims=1)
+    return {"feeds": {p: rand(28, 2, 3, 4),
+                      i: np.array([[[1], [0], [2], [1], [1]], [[2], [2], [0], [1], [0]]],
+                                  np.int32)},
+            "fetch": {"out": out}, "grads": ("out", [p])}
+
+
+@case
+def gather_nd_batch_dims_two_unknown(tf):
+    p = tf.placeholder(tf.float64, [None, 3, 4], name="p")
+    i = tf.placeholder(tf.int64, [None, 3, 1], name="i")
+    out = tf.gather_nd(p, i, batch_dims=2)
+    return {"feeds": {p: rand(29, 2, 3, 4, dtype=np.float64),
+                      i: np.array([[[3], [0], [1]], [[2], [2], [0]]], np.int64)},
+            "fetch": {"out": out}, "grads": ("out", [p])}
+
+
+@case
+def gather_nd_batch_dims_index_pairs(tf):
+    p = tf.placeholder(tf.float32, [None, 3, 4], name="p")
+    i = tf.placeholder(tf.int32, [None, 2, 2], name="i")
+    out = tf.gather_nd(p, i, batch_dims=1)
+    return {"feeds": {p: rand(30, 2, 3, 4),
+                      i: np.array([[[2, 3], [0, 0]], [[1, 1], [1, 1]]], np.int32)},
+            "fetch": {"out": out}, "grads": ("out", [p])}
+
+
+@case
+def gather_nd_batch_dims_mismatch(tf):
+    p = tf.placeholder(tf.float32, [2, 3], name="p")
+    i = tf.placeholder(tf.int32, [3, 1], name="i")
+    return {"feeds": {}, "fetch": {"out": tf.gather_nd(p, i, batch_dims=1)}}

@@ -40,6 +40,8 @@ GRAD_CASES = {
                            [(_any, (3, 2))]),
     "gather_nd_slices": (lambda a: cs.gather_nd(a, _i([[[1]], [[1]], [[0]]], np.int64)),
                          [(_any, (2, 3))]),
+    "gather_nd_batch_dims": (lambda a: cs.gather_nd(a, _i([[[1], [1], [0]], [[0], [2], [2]]]),
+                                                    batch_dims=1), [(_any, (2, 3, 2))]),
     "gather_nd_whole": (lambda a: cs.gather_nd(a, _i(np.zeros((2, 0)))), [(_any, (2, 2))]),
     "where_select": (lambda a, b: cs.where(cs.greater(a, 0.0), a, b),
                      [(_apart, (3, 2)), (_any, (3, 2))]),

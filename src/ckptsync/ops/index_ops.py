@@ -15,6 +15,7 @@ from .. import dtypes as _dtypes
 from ..errors import CkptsyncTypeError, CkptsyncValueError
 from ..graph import Tensor, get_default_graph
 from .array_ops import convert_to_tensor
+from .const_fold import constant_value
 from .math_ops import cast, less, maximum, reduce_max
 from .registry import register, single
 
@@ -26,7 +27,8 @@ _RANGE_DTYPES = (_dtypes.int32, _dtypes.int64, _dtypes.float32, _dtypes.float64)
 
 
 def _const(t: Tensor) -> np.ndarray | None:
-    return np.asarray(t.op.attrs["value"]) if t.op.type == "Const" else None
+    v = constant_value(t)
+    return None if v is None else np.asarray(v)
 
 
 def _graph_of(*values: Any) -> Any:
@@ -71,7 +73,8 @@ def range(start: Any, limit: Any = None, delta: Any = 1, dtype: Any = None,  # n
 
     The dtype, unless given, is the widest of the arguments' in the order int32, int64,
     float32, float64 (Python ints are int32, floats float32); tensor arguments are cast
-    to it. The static shape is known when all three are constants.
+    to it. The static shape is known when all three are known at build time (constants,
+    static shapes: ``range(tf.shape(x)[0])``, as TF's shape inference).
 
     Raises:
         TypeError: an argument's dtype is not one of those four.
@@ -92,8 +95,8 @@ def range(start: Any, limit: Any = None, delta: Any = 1, dtype: Any = None,  # n
                     f"{a.dtype.name} ({a.name}).")
         if dt is None:
             dt = max((a.dtype for a in args), key=_RANGE_DTYPES.index)
-        values = [_const(a) for a in args]
         args = [cast(a, dt) for a in args]
+        values = [_const(a) for a in args]
         size: int | None = None
         if all(v is not None for v in values):
             s, lim, d = (v.reshape(()).astype(dt.np) for v in values)  # type: ignore[union-attr]

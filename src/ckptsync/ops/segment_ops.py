@@ -21,6 +21,7 @@ from .. import dtypes as _dtypes
 from ..errors import CkptsyncTypeError, CkptsyncValueError
 from ..graph import Tensor
 from .array_ops import convert_to_tensor
+from .const_fold import constant_value
 from .registry import make_op, register, single
 from .selection_ops import check_index_dtype
 
@@ -57,7 +58,7 @@ def _reduce_rows(kind: str, data: np.ndarray, ids: np.ndarray, num: int, sorted_
         s, vals = ids, data
     else:
         order = np.argsort(ids, kind="stable")
-        s, vals = ids[order], data[order]
+        s, vals = ids[order], np.take(data, order, axis=0)
     starts = np.flatnonzero(np.concatenate(([True], s[1:] != s[:-1])))
     red = _UFUNC[kind].reduceat(vals, starts, axis=0)
     if kind == "mean":
@@ -128,7 +129,9 @@ def _segment_grad_kernel(g: np.ndarray, data: np.ndarray, ids: np.ndarray, out: 
     valid = flat_ids >= 0
     safe = np.where(valid, flat_ids, 0)
     bshape = (-1,) + (1,) * len(rest)
-    gathered = g[safe] * valid.reshape(bshape).astype(g.dtype)
+    gathered = np.take(g, safe, axis=0)
+    if not valid.all():
+        gathered = gathered * valid.reshape(bshape).astype(g.dtype)
     n = g.shape[0]
     if kind == "mean":
         counts = np.bincount(flat_ids[valid], minlength=n)[:n].astype(g.dtype)
@@ -189,9 +192,8 @@ def _segment(kind: str, data: Any, segment_ids: Any, name: str | None) -> Tensor
 
 
 def _const_int(t: Tensor) -> int | None:
-    if t.op.type == "Const":
-        return int(np.asarray(t.op.attrs["value"]).reshape(()))
-    return None
+    v = constant_value(t)
+    return None if v is None or np.size(v) != 1 else int(np.asarray(v).reshape(()))
 
 
 def _unsorted(kind: str, data: Any, segment_ids: Any, num_segments: Any, name: str | None
@@ -377,7 +379,7 @@ def _dynamic_partition_kernel(data: np.ndarray, partitions: np.ndarray, *,
             f"data.shape must start with partitions.shape, got data.shape = "
             f"{list(data.shape)}, partitions.shape = {list(partitions.shape)}")
     order, cuts = _partition_order(partitions, num_partitions)
-    rows = data.reshape((order.size,) + data.shape[partitions.ndim:])[order]
+    rows = np.take(data.reshape((order.size,) + data.shape[partitions.ndim:]), order, axis=0)
     if num_partitions == 1:  # a one-output op's kernel returns the array itself
         return rows
     return tuple(np.split(rows, cuts, axis=0))

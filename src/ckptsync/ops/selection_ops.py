@@ -82,17 +82,38 @@ def _nd_flat(params_shape: tuple[int, ...], idx: np.ndarray) -> tuple[np.ndarray
     return np.ravel_multi_index(tuple(flat_idx.T), lead), rows
 
 
+def _batched(params_shape: tuple[int, ...], idx: np.ndarray, b: int
+             ) -> tuple[tuple[int, ...], np.ndarray]:
+    """``batch_dims=b`` as plain ``gather_nd``: the batch dims of ``params`` flattened into
+    one leading dim and each index row prefixed by its batch number."""
+    if b == 0:
+        return params_shape, idx
+    batch = params_shape[:b]
+    if idx.shape[:b] != batch:
+        raise CkptsyncValueError(
+            f"params.shape[:{b}] = {list(batch)} and indices.shape[:{b}] = "
+            f"{list(idx.shape[:b])} must be equal (batch_dims={b})")
+    nb = int(np.prod(batch, dtype=np.int64))
+    inner = idx.reshape((nb,) + idx.shape[b:])
+    num = np.broadcast_to(np.arange(nb).reshape((nb,) + (1,) * (inner.ndim - 1)),
+                          inner.shape[:-1] + (1,))
+    return (nb,) + params_shape[b:], np.concatenate([num.astype(idx.dtype), inner], -1)
+
+
 def _gather_nd_grad(op: Any, g: Tensor) -> list[Any]:
     params, indices = op.inputs
-    return [single("GatherNdGrad", [g, indices, params], g.dtype, params.shape), None]
+    return [single("GatherNdGrad", [g, indices, params], g.dtype, params.shape,
+                   attrs={"batch_dims": op.attrs["batch_dims"]}), None]
 
 
 @register("GatherNd", grad=_gather_nd_grad)
-def _gather_nd_kernel(params: np.ndarray, indices: np.ndarray) -> np.ndarray:
-    flat, rows = _nd_flat(params.shape, indices)
-    k = indices.shape[-1]
-    table = params.reshape((rows,) + params.shape[k:])
-    return table[flat].reshape(indices.shape[:-1] + params.shape[k:])
+def _gather_nd_kernel(params: np.ndarray, indices: np.ndarray, *, batch_dims: int
+                      ) -> np.ndarray:
+    shape, idx = _batched(params.shape, indices, batch_dims)
+    flat, rows = _nd_flat(shape, idx)
+    k = idx.shape[-1]
+    table = params.reshape((rows,) + shape[k:])
+    return np.take(table, flat, axis=0).reshape(indices.shape[:-1] + shape[k:])
 
 
 def scatter_add_rows(ids: np.ndarray, values: np.ndarray, num: int) -> np.ndarray:
@@ -104,16 +125,16 @@ def scatter_add_rows(ids: np.ndarray, values: np.ndarray, num: int) -> np.ndarra
     order = np.argsort(ids, kind="stable")
     s = ids[order]
     starts = np.flatnonzero(np.concatenate(([True], s[1:] != s[:-1])))
-    out[s[starts]] = np.add.reduceat(values[order], starts, axis=0)
+    out[s[starts]] = np.add.reduceat(np.take(values, order, axis=0), starts, axis=0)
     return out
 
 
 @register("GatherNdGrad")
-def _gather_nd_grad_kernel(g: np.ndarray, indices: np.ndarray, params: np.ndarray
-                           ) -> np.ndarray:
-    flat, rows = _nd_flat(params.shape, indices)
-    k = indices.shape[-1]
-    rest = params.shape[k:]
+def _gather_nd_grad_kernel(g: np.ndarray, indices: np.ndarray, params: np.ndarray, *,
+                           batch_dims: int) -> np.ndarray:
+    shape, idx = _batched(params.shape, indices, batch_dims)
+    flat, rows = _nd_flat(shape, idx)
+    rest = shape[idx.shape[-1]:]
     out = scatter_add_rows(flat, g.reshape((-1,) + rest), rows)
     return out.reshape(params.shape)
 
@@ -124,38 +145,55 @@ def gather_nd(params: Any, indices: Any, name: str | None = None, batch_dims: in
     ``tf.gather_nd``.
 
     Args:
-        params: a tensor ``[d0, ..., dn]`` of any dtype.
-        indices: int32/int64 ``[..., K]`` with ``K <= n + 1``; each innermost row is an
-            index into the first ``K`` dims of ``params``.
-        batch_dims: only 0 is supported.
+        params: a tensor ``[B..., d0, ..., dn]`` of any dtype (``B`` the first
+            ``batch_dims`` dims).
+        indices: int32/int64 ``[B..., ..., K]`` with ``K <= n + 1``; each innermost row
+            is an index into ``d0 .. d(K-1)`` of its batch's ``params``.
+        batch_dims: how many leading dims ``params`` and ``indices`` share (default 0).
 
     Returns:
-        ``indices.shape[:-1] + params.shape[K:]``, ``params``' dtype (op ``GatherNd``).
+        ``indices.shape[:-1] + params.shape[batch_dims+K:]``, ``params``' dtype; one
+        ``GatherNd`` op (TF builds ``batch_dims > 0`` from a ``BatchGatherND`` scope of
+        reshapes around it; the op names differ there, not the values).
 
     Raises:
         TypeError: ``indices`` is not int32/int64.
-        ValueError: ``K`` exceeds ``params``' rank, ``indices`` is a scalar, or
-            ``batch_dims != 0``.
+        ValueError: ``K`` exceeds ``params``' rank, ``indices`` is a scalar, the batch
+            dims differ, or ``batch_dims`` is negative or too large.
         InvalidArgumentError (at run time): an index is out of range (names it).
     """
-    if batch_dims != 0:
-        raise CkptsyncValueError(f"gather_nd: batch_dims={batch_dims} is not supported (0).")
     p = convert_to_tensor(params)
     i = convert_to_tensor(indices)
     check_index_dtype("GatherNd", "indices", i)
+    b = int(batch_dims)
     out_shape: Any = None
     idims, pdims = i.shape.dims, p.shape.dims
     if idims is not None and len(idims) == 0:
         raise CkptsyncValueError(f"GatherNd: indices must be at least a vector, got {i.shape}.")
-    if idims is not None and idims[-1] is not None:
+    limits = [len(d) - drop for d, drop in ((idims, 1), (pdims, 0)) if d is not None]
+    if b < 0 or any(b > lim for lim in limits):
+        raise CkptsyncValueError(
+            f"GatherNd: batch_dims={batch_dims} must be >= 0 and less than the rank of "
+            f"indices {i.shape} and at most the rank of params {p.shape}.")
+    if b and idims is not None and pdims is not None and not TensorShape(
+            idims[:b]).is_compatible_with(pdims[:b]):
+        raise CkptsyncValueError(
+            f"GatherNd: batch dimensions of params {p.shape} and indices {i.shape} must "
+            f"match (batch_dims={b}).")
+    if idims is not None and idims[-1] is not None and pdims is not None:
         k = idims[-1]
-        if pdims is not None:
-            if k > len(pdims):
-                raise CkptsyncValueError(
-                    f"GatherNd: indices.shape[-1] must be <= params rank, but saw indices "
-                    f"shape {i.shape} and params shape {p.shape}.")
-            out_shape = list(idims[:-1]) + list(pdims[k:])
-    return single("GatherNd", [p, i], p.dtype, out_shape, name=name or "GatherNd")
+        if b + k > len(pdims):
+            raise CkptsyncValueError(
+                f"GatherNd: indices.shape[-1] must be <= params rank - batch_dims, but saw "
+                f"indices shape {i.shape} and params shape {p.shape} (batch_dims={b}).")
+        lead = TensorShape(idims[:b]).merge_with(pdims[:b]).as_list()
+        out_shape = lead + list(idims[b:-1]) + list(pdims[b + k:])
+    graph = p.graph
+    if b == 0:
+        return single("GatherNd", [p, i], p.dtype, out_shape, name=name or "GatherNd",
+                      attrs={"batch_dims": 0})
+    with graph.name_scope(name or "BatchGatherND"):
+        return single("GatherNd", [p, i], p.dtype, out_shape, attrs={"batch_dims": b})
 
 
 # --------------------------------------------------------------------- where
