@@ -302,3 +302,26 @@ def static_value_of_shapes(tf):
     return {"feeds": {x: rand(35, 2, 3)},
             "fetch": {"known": tf.constant(known), "flag": tf.constant(unknown is None),
                       "t": tf.reshape(x, [known[1], -1])}}
+
+
+@case
+def tensor_shapes_as_shapes(tf):
+    x = tf.placeholder(tf.float32, [None, 3], name="x")
+    z = tf.zeros([2, 3])
+    r = tf.reshape(x, z.shape)
+    b1 = tf.broadcast_to(tf.ones([2, 1]), [tf.shape(x)[0], 4])
+    return {"feeds": {x: rand(36, 2, 3)},
+            "fetch": {"r": r * tf.zeros(z.shape), "f": tf.fill(z.shape, 1.5), "b1": b1},
+            "grads": ("r", [x])}
+
+
+@case
+def concat_scalars_raises(tf):
+    return {"feeds": {}, "fetch": {"c": tf.concat([tf.constant(1.0), tf.constant(2.0)], 0)}}
+
+
+@case
+def expand_dims_axis_out_of_range_at_run_time(tf):
+    x = tf.placeholder(tf.float32, [None, 3], name="x")
+    a = tf.placeholder(tf.int32, [], name="a")
+    return {"feeds": {x: rand(37, 2, 3), a: np.int32(4)}, "fetch": {"e": tf.expand_dims(x, a)}}

@@ -18,7 +18,7 @@ from .. import dtypes as _dtypes
 from ..errors import CkptsyncTypeError, CkptsyncValueError, InvalidArgumentError
 from ..graph import Tensor, get_default_graph
 from ..tensor_shape import TensorShape
-from .const_fold import constant_value, constant_value_as_shape, reshape_static_shape
+from .const_fold import constant_value, constant_value_as_shape, has_tensor, reshape_static_shape
 from .registry import register, register_special, single
 
 __all__ = [
@@ -106,25 +106,16 @@ def convert_to_tensor(value: Any, dtype: Any = None, name: str | None = None) ->
                 f"Tensor conversion requested dtype {_dtypes.as_dtype(dtype).name} for Tensor "
                 f"with dtype {value.dtype.name}: {value!r}")
         return value
-    if isinstance(value, (list, tuple)) and _has_tensor(value):
-        return _autopack(value, dtype, name or "packed")
+    if isinstance(value, TensorShape):
+        if not value.is_fully_defined():
+            raise CkptsyncValueError(
+                f"Cannot convert a partially known TensorShape {value} to a Tensor.")
+        value = value.as_list()
+    if isinstance(value, (list, tuple)) and has_tensor(value):
+        from .manip_ops import autopack  # manip_ops builds on this module
+
+        return autopack(value, dtype, name or "packed")
     return constant(value, dtype=dtype, name=name or "Const")
-
-
-def _has_tensor(value: Any) -> bool:
-    return any(isinstance(v, Tensor) or hasattr(v, "_as_graph_element")
-               or isinstance(v, (list, tuple)) and _has_tensor(v) for v in value)
-
-
-def _autopack(value: Any, dtype: Any, name: str) -> Tensor:
-    """A list mixing Python numbers and tensors, packed as TF's autopacking (``Pack``)."""
-    from .manip_ops import stack  # manip_ops builds on this module
-
-    dt = _dtypes.as_dtype(dtype) if dtype is not None else next(
-        (convert_to_tensor(v).dtype for v in value
-         if isinstance(v, Tensor) or hasattr(v, "_as_graph_element")), None)
-    elems = [convert_to_tensor(v, dtype=dt) for v in value]
-    return stack(elems, name=name)
 
 
 # --------------------------------------------------------------------- reshaping
@@ -152,7 +143,8 @@ def reshape(tensor: Any, shape: Any, name: str | None = None) -> Tensor:
         InvalidArgumentError: they differ at run time.
     """
     x = convert_to_tensor(tensor)
-    if isinstance(shape, Tensor) or isinstance(shape, (list, tuple)) and _has_tensor(shape):
+    if isinstance(shape, Tensor) or isinstance(shape, (list, tuple, TensorShape)) and (
+            isinstance(shape, TensorShape) or has_tensor(shape)):
         with _graph().name_scope(name or "Reshape") as scope:
             st = convert_to_tensor(shape, name="shape")
         name = scope
@@ -242,6 +234,8 @@ def concat(values: Any, axis: Any, name: str = "concat") -> Tensor:
     if ranks:
         rank = ranks.pop()
         out = [None] * rank
+        if rank == 0:
+            raise CkptsyncValueError("concat: can't concatenate scalars (use tf.stack instead).")
         if av is not None:
             ax = int(av)
             if not -max(rank, 1) <= ax < max(rank, 1):
@@ -263,7 +257,11 @@ def concat(values: Any, axis: Any, name: str = "concat") -> Tensor:
 
 @register("ExpandDims", grad=lambda op, g: [_like("ReshapeLike", g, op.inputs[0]), None])
 def _expand_dims_kernel(x: np.ndarray, dim: np.ndarray) -> np.ndarray:
-    return np.expand_dims(x, int(dim))
+    d = int(np.reshape(dim, -1)[0])
+    if not -x.ndim - 1 <= d <= x.ndim:
+        raise InvalidArgumentError(None, None, f"ExpandDims: dim {d} is not in the interval "
+                                   f"[{-x.ndim - 1}, {x.ndim}].")
+    return np.expand_dims(x, d)
 
 
 def expand_dims(input: Any, axis: Any = None, name: str | None = None,  # noqa: A002
@@ -359,7 +357,7 @@ def _filled(shape: Any, dtype: Any, value: int, name: str) -> Tensor:
     """TF's zeros/ones: a constant when small (< 1000 elements), else a ``Fill``."""
     dt = _dtypes.as_dtype(dtype)
     if not isinstance(shape, Tensor) and not (isinstance(shape, (list, tuple))
-                                              and _has_tensor(shape)):
+                                              and has_tensor(shape)):
         dims = TensorShape(shape).as_list()
         if None in dims:
             raise CkptsyncTypeError(f"{name}: shape {shape} has unknown dimensions; pass "

@@ -26,7 +26,13 @@ from ..graph import Tensor
 from ..tensor_shape import TensorShape
 from .registry import get_op_def
 
-__all__ = ["constant_value", "constant_value_as_shape", "reshape_static_shape"]
+__all__ = ["constant_value", "constant_value_as_shape", "reshape_static_shape", "has_tensor"]
+
+
+def has_tensor(value: Any) -> bool:
+    """Whether a (nested) list holds tensors or variables (then TF packs it)."""
+    return any(isinstance(v, Tensor) or hasattr(v, "_as_graph_element")
+               or isinstance(v, (list, tuple)) and has_tensor(v) for v in value)
 
 # Op types folded by running their kernel when all inputs are known (TF folds any
 # stateless op; these are the ones shape arithmetic uses).

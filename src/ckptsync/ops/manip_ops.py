@@ -51,6 +51,15 @@ def _axis(axis: Any, rank: int | None, op: str, extra: int = 0) -> int:
 
 
 # --------------------------------------------------------------------- stack / unstack
+def autopack(value: Any, dtype: Any, name: str) -> Tensor:
+    """A list mixing Python numbers and tensors, packed as TF's autopacking (``Pack``)."""
+    dt = _dtypes.as_dtype(dtype) if dtype is not None else next(
+        (_array.convert_to_tensor(v).dtype for v in value
+         if isinstance(v, Tensor) or hasattr(v, "_as_graph_element")), None)
+    return stack([_array.convert_to_tensor(v, dtype=dt) for v in value], name=name)
+
+
+
 @register("Pack", grad=lambda op, g: list(unstack(g, num=op.attrs["N"], axis=op.attrs["axis"])))
 def _pack_kernel(*xs: np.ndarray, axis: int, N: int) -> np.ndarray:  # noqa: N803 - TF attr
     return np.stack(xs, axis=axis)
@@ -368,6 +377,8 @@ def broadcast_to(input: Any, shape: Any, name: str | None = None) -> Tensor:  # 
             t = dims[lead + i]
             if d is not None and d != 1 and t is not None and t != d:
                 raise CkptsyncValueError(f"BroadcastTo: cannot broadcast {x.shape} to {target}.")
+            if t is None and d is not None and d != 1:  # as TF's shape function
+                dims[lead + i] = d
         target = TensorShape(dims)
     return single("BroadcastTo", [x, s], x.dtype, target, name=name or "BroadcastTo")
 
