@@ -202,7 +202,7 @@ def _concat_kernel(*xs: np.ndarray) -> np.ndarray:
 
 @register("ConcatGrad")
 def _concat_grad_kernel(g: np.ndarray, axis: np.ndarray, *xs: np.ndarray
-                        ) -> tuple[np.ndarray, ...]:
+                        ) -> np.ndarray | tuple[np.ndarray, ...]:
     ax = int(axis) % g.ndim
     parts = np.split(g, np.cumsum([x.shape[ax] for x in xs])[:-1], axis=ax)
     return parts[0] if len(parts) == 1 else tuple(parts)
@@ -245,7 +245,7 @@ def concat(values: Any, axis: Any, name: str = "concat") -> Tensor:
             for i in range(rank):
                 col = [d[i] for d in known]
                 if i == ax:
-                    out[i] = None if len(known) < len(xs) or None in col else sum(col)
+                    out[i] = None if len(known) < len(xs) or None in col else sum(c or 0 for c in col)
                     continue
                 vals = {d for d in col if d is not None}
                 if len(vals) > 1:
@@ -362,7 +362,7 @@ def _filled(shape: Any, dtype: Any, value: int, name: str) -> Tensor:
         if None in dims:
             raise CkptsyncTypeError(f"{name}: shape {shape} has unknown dimensions; pass "
                                     "a shape tensor (e.g. tf.shape(x)) instead.")
-        if int(np.prod(dims)) < 1000:
+        if int(np.prod([d or 0 for d in dims])) < 1000:
             return constant(np.full(dims, value, dt.np), name=name)
         shape = np.asarray(dims, np.int32)
     with _graph().name_scope(name) as scope:

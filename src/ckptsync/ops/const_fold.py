@@ -146,7 +146,7 @@ def _sliced_shape(op: Any) -> TensorShape | None:
     masks = [op.attrs.get(k, 0) for k in ("ellipsis_mask", "new_axis_mask", "shrink_axis_mask")]
     if dims is None or any(v is None or v.shape != (1,) for v in vals) or any(masks):
         return None
-    b, e, s = (int(v[0]) for v in vals)
+    b, e, s = (int(v[0]) for v in vals if v is not None)
     return TensorShape(list(dims)[slice(None if op.attrs.get("begin_mask", 0) & 1 else b,
                                         None if op.attrs.get("end_mask", 0) & 1 else e, s)])
 

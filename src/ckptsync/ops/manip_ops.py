@@ -112,9 +112,10 @@ def unstack(value: Any, num: int | None = None, axis: int = 0, name: str = "unst
     dims = x.shape.dims
     a = _axis(axis, x.shape.ndims, "unstack")
     if num is None:
-        if dims is None or dims[a] is None:
+        n_ax = None if dims is None else dims[a]
+        if n_ax is None:
             raise CkptsyncValueError(f"Cannot infer argument `num` from shape {x.shape}")
-        num = dims[a]
+        num = n_ax
     out = None if dims is None else [*dims[:a], *dims[a + 1:]]
     op = make_op("Unpack", [x], [x.dtype] * num, [out] * num, name=name,
                  attrs={"num": int(num), "axis": a})
@@ -187,7 +188,7 @@ def split(value: Any, num_or_size_splits: Any, axis: int = 0, num: int | None = 
         if sizes.count(-1) > 1:
             raise CkptsyncValueError("split: at most one size may be -1.")
         if size is not None:
-            rest = size - sum(s for s in sizes if s != -1)
+            rest = size - sum(s for s in sizes if s is not None and s != -1)
             if rest < 0 or (-1 not in sizes and rest != 0):
                 raise CkptsyncValueError(
                     f"split: sizes {sizes} do not add up to dimension {a} of {x.shape}.")

@@ -54,7 +54,7 @@ def _index(rank: int | None, begin: Any, end: Any, strides: Any, masks: dict[str
         else:
             s = int(strides[i])
             if s == 0:
-                raise CkptsyncValueError("strided_slice: strides[%d] must be non-zero" % i)
+                raise CkptsyncValueError(f"strided_slice: strides[{i}] must be non-zero")
             idx.append(builtins_slice(None if masks["begin_mask"] & bit else int(begin[i]),
                                       None if masks["end_mask"] & bit else int(end[i]), s))
     return tuple(idx)
@@ -226,10 +226,14 @@ def _slice_helper(tensor: Tensor, key: Any) -> Tensor:
                     lst.append(_check_index(part))
             strides.append(1 if k.step is None else _check_index(k.step))
         elif k is Ellipsis:
-            begin.append(0), end.append(0), strides.append(1)
+            begin.append(0)
+            end.append(0)
+            strides.append(1)
             masks["ellipsis_mask"] |= bit
         elif k is None:
-            begin.append(0), end.append(0), strides.append(1)
+            begin.append(0)
+            end.append(0)
+            strides.append(1)
             masks["new_axis_mask"] |= bit
         else:
             k = _check_index(k)
@@ -316,11 +320,11 @@ def slice(input_: Any, begin: Any, size: Any, name: str | None = None) -> Tensor
         for d, n in enumerate(np.reshape(vs, -1).tolist()):
             if n != -1:
                 out.append(n)
-            elif vb is not None and dims[d] is not None:
+            elif vb is not None and (full_d := dims[d]) is not None:
                 bd = int(np.reshape(vb, -1)[d])
-                if bd > dims[d]:
+                if bd > full_d:
                     raise CkptsyncValueError(f"Slice: begin[{d}]={bd} is past dim {d} of {x.shape}.")
-                out.append(dims[d] - bd)
+                out.append(full_d - bd)
             else:
                 out.append(None)
         if vb is not None and x.shape.dims is not None:
