@@ -208,3 +208,19 @@ def norm_bad_ord_raises(tf):
 @case
 def norm_fro_for_a_vector_raises(tf):
     return {"feeds": {}, "fetch": {"out": tf.norm(tf.ones([3]), ord="fro", axis=0)}}
+
+
+# --------------------------------------------------------------------- diagonals
+@case
+def trace_batched(tf):
+    return _one(tf, tf.trace, rand(240, 2, 3, 3))
+
+
+@case
+def matrix_diag_part_nonsquare(tf):
+    return _one(tf, tf.matrix_diag_part, rand(241, 2, 3, 4))
+
+
+@case
+def matrix_transpose_(tf):
+    return _one(tf, tf.matrix_transpose, rand(242, 2, 3, 4))

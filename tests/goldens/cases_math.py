@@ -441,3 +441,76 @@ def operator_and_function_names(tf):
             "rsqrt": tf.rsqrt(x), "isnan": tf.is_nan(x)}
     return {"feeds": {x: np.array([3.5, -1.25], np.float32), i: np.array([7, -7], np.int32)},
             "fetch": outs, "names": [t.op.name for t in outs.values()]}
+
+
+# --------------------------------------------------------------------- more TF1 math
+@case
+def trig_and_hyperbolic(tf):
+    return _unary(tf, lambda t: tf.tan(t) + tf.atan(t) + tf.asin(t) + tf.acos(t) + tf.sinh(t)
+                  + tf.cosh(t) + tf.erfc(t), rand(131, 3, 4, low=-0.9, high=0.9))
+
+
+@case
+def rint_no_gradient(tf):
+    return _unary(tf, lambda t: tf.rint(t) + t, rand(132, 3, 4) * 4)
+
+
+@case
+def truncate_ops_floats(tf):
+    a = rand(137, 3, 4) * 4
+    return _binary(tf, lambda x, y: tf.truncatediv(x, y) * 10.0 + tf.truncatemod(x, y), a,
+                   np.array([0.7, -1.3, 2.1, -0.9], np.float32), grads=False)
+
+
+@case
+def truncatediv_no_gradient(tf):
+    return _binary(tf, tf.truncatediv, rand(138, 3, 4), rand(139, 4, low=0.5))
+
+
+@case
+def truncatemod_gradient_raises_lookup_error_as_tf(tf):
+    return _binary(tf, tf.truncatemod, rand(140, 3, 4), rand(141, 4, low=0.5))
+
+
+@case
+def truncate_ops_ints(tf):
+    x = tf.constant(np.array([7, -7, 7, -7], np.int32))
+    y = tf.constant(np.array([2, 2, -2, -2], np.int32))
+    return _consts(tf, td=lambda: tf.truncatediv(x, y), tm=lambda: tf.truncatemod(x, y),
+                   fd=lambda: tf.floor_div(x, y))
+
+
+@case
+def atan2_div_no_nan(tf):
+    a = rand(133, 3, 4)
+    b = rand(134, 4)
+    b[1] = 0.0
+    return _binary(tf, lambda x, y: tf.atan2(x, y + 3.0) + tf.div_no_nan(x, y), a, b)
+
+
+@case
+def cumprod_variants(tf):
+    x = rand(135, 3, 4, low=0.5, high=1.5)
+    t = tf.placeholder(tf.float32, [None, 4], name="x")
+    out = (tf.cumprod(t, axis=1) + 2.0 * tf.cumprod(t, axis=1, exclusive=True)
+           + 3.0 * tf.cumprod(t, axis=0, reverse=True))
+    return {"feeds": {t: x}, "fetch": {"out": out}, "grads": ("out", [t])}
+
+
+@case
+def count_nonzero_(tf):
+    x = np.array([[0.0, 1.5, 0.0], [2.0, -1.0, 0.0]], np.float32)
+    t = tf.placeholder(tf.float32, [2, 3], name="x")
+    return {"feeds": {t: x}, "fetch": {
+        "all": tf.count_nonzero(t), "ax": tf.count_nonzero(t, axis=1, dtype=tf.int32),
+        "kd": tf.count_nonzero(t, reduction_indices=[0], keep_dims=True),
+        "bool": tf.count_nonzero(tf.constant([True, False, True]))}}
+
+
+@case
+def scalar_mul_accumulate_n_arg_max(tf):
+    x = tf.placeholder(tf.float32, [2, 3], name="x")
+    out = tf.scalar_mul(2.5, x) + tf.accumulate_n([x, x * x])
+    return {"feeds": {x: rand(136, 2, 3)}, "fetch": {
+        "out": out, "am": tf.arg_max(x, 1), "an": tf.arg_min(x, 0, output_type=tf.int32)},
+        "grads": ("out", [x])}

@@ -96,13 +96,36 @@ GRAD_CASES = {
     "clip_by_global_norm": (lambda a, b: cs.add_n(cs.clip_by_global_norm([a, None, b], 1.0)[0][::2]),
                             [(_any, (2, 3)), (_any, (2, 3))]),
     "global_norm": (lambda a, b: cs.global_norm([a, b]), [(_any, (2, 3)), (_any, (3,))]),
+    "tan": (lambda a: cs.tan(a), [(_small, (2, 3))]),
+    "atan": (lambda a: cs.atan(a), [(_any, (2, 3))]),
+    "asin": (lambda a: cs.asin(a), [(_small, (2, 3))]),
+    "acos": (lambda a: cs.acos(a), [(_small, (2, 3))]),
+    "sinh": (lambda a: cs.sinh(a), [(_any, (2, 3))]),
+    "cosh": (lambda a: cs.cosh(a), [(_any, (2, 3))]),
+    "erfc": (lambda a: cs.erfc(a), [(_any, (2, 3))]),
+    "atan2": (lambda a, b: cs.atan2(a, b), [(_any, (2, 3)), (_pos, (3,))]),
+    "div_no_nan": (lambda a, b: cs.div_no_nan(a, b), [(_any, (2, 3)), (_pos, (2, 3))]),
+    "cumprod": (lambda a: cs.cumprod(a, axis=1), [(_pos, (2, 4))]),
+    "cumprod_excl_rev": (lambda a: cs.cumprod(a, exclusive=True, reverse=True), [(_pos, (3, 2))]),
+    "trace": (lambda a: cs.trace(a), [(_any, (2, 3, 3))]),
+    "matrix_diag_part": (lambda a: cs.matrix_diag_part(a), [(_any, (2, 3, 4))]),
+    "matrix_transpose": (lambda a: cs.matrix_transpose(a), [(_any, (2, 3, 4))]),
 }
 # Ops whose gradient is defined to be None, as TF's (floor, ceil, floordiv).
 NO_GRAD_CASES = {
     "floor": (lambda a: cs.floor(a), [(_any, (2, 3))]),
     "ceil": (lambda a: cs.ceil(a), [(_any, (2, 3))]),
     "floordiv": (lambda a, b: cs.floordiv(a, b), [(_any, (2, 3)), (_pos, (3,))]),
+    "rint": (lambda a: cs.rint(a), [(_any, (2, 3))]),
 }
+
+
+def test_truncatemod_has_no_gradient_function_as_tf():
+    with cs.Graph().as_default():
+        x = cs.placeholder(cs.float32, [3])
+        assert cs.gradients(cs.truncatediv(x, 2.0), [x]) == [None]
+        with pytest.raises(LookupError):
+            cs.gradients(cs.truncatemod(x, 2.0), [x])
 
 
 def _numeric(f, x, eps=1e-6):
@@ -390,3 +413,31 @@ def test_cumsum_matches_numpy(shape, exclusive, reverse, dtype, seed):
     want = np.flip(want, axis) if reverse else want
     assert got.dtype == x.dtype
     np.testing.assert_allclose(got, want)
+
+
+UNARY_NP = {
+    "floor": (cs.floor, np.floor), "ceil": (cs.ceil, np.ceil), "rint": (cs.rint, np.rint),
+    "rsqrt": (lambda t: cs.rsqrt(cs.abs(t) + 1), lambda x: 1 / np.sqrt(np.abs(x) + 1)),
+    "reciprocal": (lambda t: cs.reciprocal(cs.abs(t) + 1), lambda x: 1 / (np.abs(x) + 1)),
+    "log1p": (lambda t: cs.log1p(cs.abs(t)), lambda x: np.log1p(np.abs(x))),
+    "expm1": (cs.expm1, np.expm1), "sin": (cs.sin, np.sin), "cos": (cs.cos, np.cos),
+    "tan": (cs.tan, np.tan), "atan": (cs.atan, np.arctan), "sinh": (cs.sinh, np.sinh),
+    "is_finite": (cs.is_finite, np.isfinite), "sign": (cs.sign, np.sign),
+}
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(sorted(UNARY_NP)), st.sampled_from(["float32", "float64"]),
+       st.lists(st.integers(0, 3), min_size=0, max_size=3), st.booleans(),
+       st.integers(0, 2**31 - 1))
+def test_unary_ops_match_numpy_with_unknown_and_empty_dims(name, dtype, shape, unknown, seed):
+    ours, ref = UNARY_NP[name]
+    x = np.random.RandomState(seed).uniform(-3, 3, shape).astype(dtype)
+    with cs.Graph().as_default():
+        ph = cs.placeholder(dtype, [None] * len(shape) if unknown else shape)
+        out = ours(ph)
+        got = _run(out, {ph: x})
+    want = ref(x)
+    assert np.asarray(got).dtype == want.dtype
+    assert out.get_shape().is_compatible_with(want.shape)
+    np.testing.assert_allclose(got, want, rtol=1e-6 if dtype == "float32" else 1e-12)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes as _dtypes
-from ..errors import CkptsyncTypeError
+from ..errors import CkptsyncTypeError, CkptsyncValueError
 from ..graph import Tensor, get_default_graph
 from .array_ops import convert_to_tensor, sum_to_shape_of
 from .linalg_ops import matmul
@@ -46,13 +46,16 @@ from .math_ops import (
     subtract,
     unary,
 )
+from .reduction_ops import argmax, argmin
 from .registry import register, single
 
 __all__ = [
     "floor", "ceil", "rsqrt", "reciprocal", "log1p", "expm1", "sin", "cos", "erf",
     "squared_difference", "truediv", "div", "floordiv", "floormod", "mod", "logical_and",
     "logical_or", "logical_not", "logical_xor", "is_nan", "is_finite", "is_inf", "to_float",
-    "to_int32", "to_int64", "to_double",
+    "to_int32", "to_int64", "to_double", "tan", "atan", "asin", "acos", "sinh", "cosh",
+    "erfc", "rint", "atan2", "floor_div", "truncatediv", "truncatemod", "realdiv",
+    "div_no_nan", "scalar_mul", "arg_max", "arg_min",
 ]
 # Names also (or only) exported as ``cs.nn.<name>``.
 NN_EXPORTS: tuple[str, ...] = ()
@@ -81,6 +84,46 @@ register("Cos", grad=lambda op, g: [negative(multiply(g, sin(op.inputs[0])))])(n
 register("Erf", grad=lambda op, g: [multiply(
     g, multiply(exp(negative(square(op.inputs[0]))), 2 / math.sqrt(math.pi)))])(
     lambda x: np.asarray(_erf_np(x), x.dtype))
+
+
+def _float_unary(op_type: str, tf_name: str) -> Callable[..., Tensor]:
+    def fn(x: Any, name: str | None = None) -> Tensor:
+        return unary(op_type, x, name, float_only=True)
+    fn.__name__ = tf_name
+    fn.__doc__ = f"Elementwise ``{tf_name}`` of a float tensor, as ``tf.{tf_name}``."
+    return fn
+
+
+tan = _float_unary("Tan", "tan")
+atan = _float_unary("Atan", "atan")
+asin = _float_unary("Asin", "asin")
+acos = _float_unary("Acos", "acos")
+sinh = _float_unary("Sinh", "sinh")
+cosh = _float_unary("Cosh", "cosh")
+rint = _float_unary("Rint", "rint")  # round half to even; no gradient
+
+
+register("Tan", grad=lambda op, g: [multiply(g, add(square(_y(op)), 1))])(np.tan)
+register("Atan", grad=lambda op, g: [divide(g, add(square(op.inputs[0]), 1))])(np.arctan)
+register("Asin", grad=lambda op, g: [multiply(g, rsqrt(subtract(1, square(op.inputs[0]))))])(
+    np.arcsin)
+register("Acos", grad=lambda op, g: [negative(multiply(
+    g, rsqrt(subtract(1, square(op.inputs[0])))))])(np.arccos)
+register("Sinh", grad=lambda op, g: [multiply(g, cosh(op.inputs[0]))])(np.sinh)
+register("Cosh", grad=lambda op, g: [multiply(g, sinh(op.inputs[0]))])(np.cosh)
+register("Erfc", grad=lambda op, g: [multiply(
+    g, multiply(exp(negative(square(op.inputs[0]))), -2 / math.sqrt(math.pi)))])(
+    lambda x: np.asarray(1 - _erf_np(x), x.dtype))
+register("Rint", grad=lambda op, g: [None])(np.rint)
+
+
+def erfc(x: Any, name: str | None = None) -> Tensor:
+    """``1 - erf(x)`` of a real float tensor, as ``tf.erfc``."""
+    t = convert_to_tensor(x)
+    if not t.dtype.is_floating:
+        raise CkptsyncTypeError(f"Erfc: expected a real floating-point tensor, got "
+                                f"{t.dtype.name} for {t.name}.")
+    return unary("Erfc", t, name)
 
 
 def floor(x: Any, name: str | None = None) -> Tensor:
@@ -198,6 +241,108 @@ def div(x: Any, y: Any, name: str | None = None) -> Tensor:
     if a.dtype.is_integer:
         return binary("FloorDiv", a, b, name or "div")
     return binary("RealDiv", a, b, name or "div")
+
+
+def _grad_atan2(op: Any, g: Tensor) -> list[Any]:
+    y, x = op.inputs
+    gd = divide(g, add(square(x), square(y)))
+    return [sum_to_shape_of(multiply(gd, x), y), sum_to_shape_of(negative(multiply(gd, y)), x)]
+
+
+def _truncatediv_kernel(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    _check_int_divisor(y)
+    if x.dtype.kind in "iu":
+        q = np.abs(x) // np.abs(y)
+        return np.where((x < 0) != (y < 0), -q, q).astype(x.dtype)
+    return np.trunc(x / y).astype(x.dtype)
+
+
+def _truncatemod_kernel(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    _check_int_divisor(y)
+    return np.fmod(x, y)
+
+
+def _div_no_nan_kernel(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    zero = y == 0
+    return np.where(zero, np.zeros((), x.dtype), x / np.where(zero, 1, y)).astype(x.dtype)
+
+
+def _grad_div_no_nan(op: Any, g: Tensor) -> list[Any]:
+    x, y = op.inputs
+    return [sum_to_shape_of(div_no_nan(g, y), x),
+            sum_to_shape_of(multiply(g, div_no_nan(div_no_nan(negative(x), y), y)), y)]
+
+
+register("Atan2", grad=_grad_atan2)(np.arctan2)
+register("TruncateDiv", not_differentiable=True)(_truncatediv_kernel)
+# No gradient at all, as TF: tf.gradients through it raises LookupError.
+register("TruncateMod")(_truncatemod_kernel)
+register("DivNoNan", grad=_grad_div_no_nan)(_div_no_nan_kernel)
+
+
+def atan2(y: Any, x: Any, name: str | None = None) -> Tensor:
+    """``atan(y / x)`` in the right quadrant, of float tensors, as ``tf.atan2``."""
+    a, b = _operands("Atan2", y, x)
+    if not a.dtype.is_floating:
+        raise CkptsyncTypeError(f"Atan2: expected floating-point tensors, got {a.dtype.name}.")
+    return binary("Atan2", a, b, name)
+
+
+def floor_div(x: Any, y: Any, name: str | None = None) -> Tensor:
+    """``floor(x / y)``, as TF1's ``tf.floor_div`` (the raw op, named ``FloorDiv``)."""
+    return binary("FloorDiv", x, y, name)
+
+
+def truncatediv(x: Any, y: Any, name: str | None = None) -> Tensor:
+    """Division rounded toward zero (C's ``/``), as ``tf.truncatediv``; no gradient."""
+    return binary("TruncateDiv", x, y, name)
+
+
+def truncatemod(x: Any, y: Any, name: str | None = None) -> Tensor:
+    """Remainder with the sign of ``x`` (C's ``fmod``), as ``tf.truncatemod``;
+    differentiating it raises ``LookupError``, as TF."""
+    return binary("TruncateMod", x, y, name)
+
+
+def realdiv(x: Any, y: Any, name: str | None = None) -> Tensor:
+    """``x / y`` for float tensors (the raw ``RealDiv`` op), as ``tf.realdiv``."""
+    return binary("RealDiv", x, y, name)
+
+
+def div_no_nan(x: Any, y: Any, name: str | None = None) -> Tensor:
+    """``x / y``, 0 where ``y`` is 0, of float tensors, as ``tf.div_no_nan``."""
+    a, b = _operands("DivNoNan", x, y)
+    if not (a.dtype.is_floating or a.dtype.is_complex):
+        raise CkptsyncTypeError(f"div_no_nan: expected floating-point tensors, got "
+                                f"{a.dtype.name}.")
+    with get_default_graph().name_scope(name or "div_no_nan") as exact:
+        return binary("DivNoNan", a, b, exact)
+
+
+def scalar_mul(scalar: Any, x: Any, name: str | None = None) -> Tensor:
+    """``scalar * x`` for a 0-d ``scalar``, as ``tf.scalar_mul``.
+
+    Raises:
+        ValueError: ``scalar`` is not 0-d.
+    """
+    s: Any = scalar
+    rank = s.shape.ndims if isinstance(s, Tensor) else np.ndim(s)
+    if rank not in (0, None):
+        raise CkptsyncValueError(f"scalar_mul: 'scalar' must be 0-d, got {s!r}.")
+    with get_default_graph().name_scope(name or "scalar_mul") as exact:
+        return multiply(s, x, name=exact)
+
+
+def arg_max(input: Any, dimension: Any, output_type: Any = _dtypes.int64,  # noqa: A002
+            name: str | None = None) -> Tensor:
+    """TF1's deprecated ``tf.arg_max(input, dimension)`` (the raw ``ArgMax`` op)."""
+    return argmax(input, dimension, name=name, output_type=output_type)
+
+
+def arg_min(input: Any, dimension: Any, output_type: Any = _dtypes.int64,  # noqa: A002
+            name: str | None = None) -> Tensor:
+    """TF1's deprecated ``tf.arg_min(input, dimension)`` (the raw ``ArgMin`` op)."""
+    return argmin(input, dimension, name=name, output_type=output_type)
 
 
 # --------------------------------------------------------------------- logical

@@ -19,12 +19,14 @@ import numpy as np
 from ..errors import CkptsyncTypeError, CkptsyncValueError
 from ..graph import Tensor, get_default_graph
 from ..tensor_shape import TensorShape, broadcast_static_shape
-from .array_ops import convert_to_tensor, sum_to_shape_of
+from .array_ops import convert_to_tensor, sum_to_shape_of, transpose
+from .const_fold import constant_value
 from .math_ops import _operands, abs, pow, sqrt
 from .reduction_ops import norm_axis, reduce_max, reduce_sum
 from .registry import register, single
 
-__all__ = ["matmul", "tensordot", "einsum", "norm"]
+__all__ = ["matmul", "tensordot", "einsum", "norm", "trace", "matrix_transpose",
+           "matrix_diag_part"]
 # Names also (or only) exported as ``cs.nn.<name>``.
 NN_EXPORTS: tuple[str, ...] = ()
 
@@ -318,7 +320,10 @@ def tensordot(a: Any, b: Any, axes: Any, name: str | None = None) -> Tensor:
     ra, rb = x.shape.ndims, y.shape.ndims
     if ra is None or rb is None:
         raise CkptsyncValueError("tensordot: needs inputs of known rank.")
-    axes = axes.op.attrs["value"] if isinstance(axes, Tensor) and axes.op.type == "Const" else axes
+    if isinstance(axes, Tensor):
+        axes = constant_value(axes)
+        if axes is None:
+            raise CkptsyncValueError("tensordot: 'axes' must be known while the graph is built.")
     if np.ndim(axes) == 0:
         n = int(axes)
         if not 0 <= n <= min(ra, rb):
@@ -393,3 +398,64 @@ def norm(tensor: Any, ord: Any = "euclidean", axis: Any = None,  # noqa: A002 - 
             return reduce_max(abs(x), axes, keepdims)
         p = float(ord)
         return pow(reduce_sum(pow(abs(x), p), axes, keepdims), 1.0 / p)
+
+
+# --------------------------------------------------------------------- diagonals
+def _grad_diag_part(op: Any, g: Tensor) -> list[Any]:
+    x = op.inputs[0]
+    return [single("MatrixDiagPartGrad", [g, x], g.dtype, x.shape)]
+
+
+@register("MatrixDiagPart", grad=_grad_diag_part)
+def _diag_part_kernel(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(np.diagonal(x, axis1=-2, axis2=-1))
+
+
+@register("MatrixDiagPartGrad")
+def _diag_part_grad_kernel(g: np.ndarray, x: np.ndarray) -> np.ndarray:
+    out = np.zeros(x.shape, g.dtype)
+    n = min(x.shape[-2:])
+    idx = np.arange(n)
+    out[..., idx, idx] = g
+    return out
+
+
+def matrix_diag_part(input: Any, name: str | None = None) -> Tensor:  # noqa: A002
+    """The main diagonals ``[..., min(m, n)]`` of ``[..., m, n]``, as
+    ``tf.matrix_diag_part``.
+
+    Raises:
+        ValueError: a rank below 2.
+    """
+    x = convert_to_tensor(input)
+    dims = x.shape.dims
+    if dims is not None and len(dims) < 2:
+        raise CkptsyncValueError(f"matrix_diag_part: needs rank >= 2, got {x.shape}.")
+    shape: Any = None
+    if dims is not None:
+        m, n = dims[-2], dims[-1]
+        shape = [*dims[:-2], None if m is None or n is None else min(m, n)]
+    return single("MatrixDiagPart", [x], x.dtype, shape, name=name)
+
+
+def trace(x: Any, name: str | None = None) -> Tensor:
+    """The sum of each matrix's main diagonal, ``[..., m, n] -> [...]``, as ``tf.trace``."""
+    with get_default_graph().name_scope(name or "Trace") as exact:
+        return reduce_sum(matrix_diag_part(x), -1, False, exact)
+
+
+def matrix_transpose(a: Any, name: str = "matrix_transpose", conjugate: bool = False
+                     ) -> Tensor:
+    """Swaps the last two dimensions, as ``tf.matrix_transpose`` (needs a known rank).
+
+    Raises:
+        ValueError: an unknown rank or a rank below 2.
+    """
+    x = convert_to_tensor(a)
+    nd = x.shape.ndims
+    if nd is None or nd < 2:
+        raise CkptsyncValueError(f"matrix_transpose: needs a known rank >= 2, got {x.shape}.")
+    if conjugate and x.dtype.is_complex:
+        raise CkptsyncTypeError("matrix_transpose: conjugate=True is not supported.")
+    with get_default_graph().name_scope(name):
+        return transpose(x, [*range(nd - 2), nd - 1, nd - 2])

@@ -21,11 +21,13 @@ from ..errors import CkptsyncTypeError, CkptsyncValueError
 from ..graph import Tensor
 from ..tensor_shape import TensorShape
 from .array_ops import convert_to_tensor
+from .const_fold import constant_value
 from .registry import register, single
 
 __all__ = [
     "reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "reduce_any",
-    "reduce_all", "reduce_logsumexp", "argmax", "argmin", "cumsum",
+    "reduce_all", "reduce_logsumexp", "argmax", "argmin", "cumsum", "cumprod", "count_nonzero",
+    "accumulate_n",
 ]
 # Names also (or only) exported as ``cs.nn.<name>``.
 NN_EXPORTS: tuple[str, ...] = ()
@@ -33,13 +35,19 @@ NN_EXPORTS: tuple[str, ...] = ()
 
 # --------------------------------------------------------------------- arguments
 def _const_value(v: Any) -> Any:
-    """The value of a constant tensor given as an axis; other values pass through."""
+    """The build-time value of a tensor given as an axis (a constant, or shape arithmetic
+    TF would fold); other values pass through.
+
+    Raises:
+        ValueError: the axis tensor's value is only known at run time.
+    """
     if isinstance(v, Tensor):
-        if v.op.type != "Const":
+        value = constant_value(v)
+        if value is None:
             raise CkptsyncValueError(
-                f"reduction axis {v.name}: only constant axes are supported (the static "
-                f"output shape depends on them).")
-        return v.op.attrs["value"]
+                f"reduction axis {v.name}: only axes known while the graph is built are "
+                f"supported (the static output shape depends on them).")
+        return value
     return v
 
 
@@ -407,3 +415,74 @@ def cumsum(x: Any, axis: Any = 0, exclusive: bool = False, reverse: bool = False
         raise CkptsyncValueError(f"Cumsum: axis must be a single int, got {axis!r}.")
     return single("Cumsum", [t], t.dtype, t.shape, name=name,
                   attrs={"axis": ax[0], "exclusive": bool(exclusive), "reverse": bool(reverse)})
+
+
+# --------------------------------------------------------------------- cumprod
+def _grad_cumprod(op: Any, g: Tensor) -> list[Any]:
+    # As TF's (exact only where x has no zeros): cumsum(y * g, reversed) / x.
+    from .math_ops import divide, multiply  # math_ops imports this module
+
+    ax, ex, rev = op.attrs["axis"], op.attrs["exclusive"], op.attrs["reverse"]
+    return [divide(cumsum(multiply(op.outputs[0], g), ax, ex, not rev), op.inputs[0])]
+
+
+@register("Cumprod", grad=_grad_cumprod)
+def _cumprod_kernel(x: np.ndarray, *, axis: int, exclusive: bool, reverse: bool
+                    ) -> np.ndarray:
+    if reverse:
+        x = np.flip(x, axis)
+    if exclusive:
+        out = np.ones(x.shape, x.dtype)
+        src = np.moveaxis(x, axis, 0)
+        np.cumprod(src[:-1], axis=0, dtype=x.dtype, out=np.moveaxis(out, axis, 0)[1:])
+    else:
+        out = np.cumprod(x, axis=axis, dtype=x.dtype)
+    return np.flip(out, axis) if reverse else out
+
+
+def cumprod(x: Any, axis: Any = 0, exclusive: bool = False, reverse: bool = False,
+            name: str | None = None) -> Tensor:
+    """Cumulative product along ``axis`` (``exclusive``, ``reverse`` as :func:`cumsum`),
+    as ``tf.cumprod``."""
+    t = convert_to_tensor(x)
+    if t.dtype.np.kind not in NUMERIC:
+        raise CkptsyncTypeError(f"Cumprod: expected a numeric input, got {t.dtype.name}.")
+    ax = norm_axis(axis, t.shape.ndims)
+    if ax is None or len(ax) != 1:
+        raise CkptsyncValueError(f"Cumprod: axis must be a single int, got {axis!r}.")
+    return single("Cumprod", [t], t.dtype, t.shape, name=name,
+                  attrs={"axis": ax[0], "exclusive": bool(exclusive), "reverse": bool(reverse)})
+
+
+def count_nonzero(input_tensor: Any, axis: Any = None, keepdims: Any = None,
+                  dtype: Any = _dtypes.int64, name: str | None = None,
+                  reduction_indices: Any = None, keep_dims: Any = None) -> Tensor:
+    """The number of non-zero (True) elements over ``axis``, in ``dtype`` (int64 by
+    default), as TF1's ``tf.count_nonzero``."""
+    from ..graph import get_default_graph
+    from .math_ops import cast, not_equal  # math_ops imports this module
+
+    t = convert_to_tensor(input_tensor)
+    with get_default_graph().name_scope(name or "count_nonzero"):
+        nz = cast(not_equal(t, np.zeros((), t.dtype.np)), _dtypes.int64)
+        total = _reduce("Sum", nz, axis, keepdims, None, reduction_indices, keep_dims,
+                        NUMERIC, "a numeric")
+        return cast(total, dtype)
+
+
+def accumulate_n(inputs: Any, shape: Any = None, tensor_dtype: Any = None,
+                 name: str | None = None) -> Tensor:
+    """Sums a list of same-shaped tensors, as TF1's ``tf.accumulate_n`` (an ``add_n``).
+
+    Raises:
+        ValueError: ``shape`` or ``tensor_dtype`` disagrees with the inputs.
+    """
+    from .math_ops import add_n  # math_ops imports this module
+
+    xs = [convert_to_tensor(x) for x in inputs]
+    if tensor_dtype is not None and any(x.dtype != _dtypes.as_dtype(tensor_dtype) for x in xs):
+        raise CkptsyncValueError(f"accumulate_n: inputs are not all {tensor_dtype}.")
+    out = add_n(xs, name=name)
+    if shape is not None:
+        out.set_shape(shape)
+    return out
