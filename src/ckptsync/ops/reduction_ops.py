@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import dtypes as _dtypes
 from ..errors import CkptsyncTypeError, CkptsyncValueError
-from ..graph import Tensor
+from ..graph import Tensor, get_default_graph
 from ..tensor_shape import TensorShape
 from .array_ops import convert_to_tensor
 from .const_fold import constant_value
@@ -459,7 +459,6 @@ def count_nonzero(input_tensor: Any, axis: Any = None, keepdims: Any = None,
                   reduction_indices: Any = None, keep_dims: Any = None) -> Tensor:
     """The number of non-zero (True) elements over ``axis``, in ``dtype`` (int64 by
     default), as TF1's ``tf.count_nonzero``."""
-    from ..graph import get_default_graph
     from .math_ops import cast, not_equal  # math_ops imports this module
 
     t = convert_to_tensor(input_tensor)
