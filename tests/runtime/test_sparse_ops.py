@@ -226,3 +226,41 @@ def test_sgd_embedding_step_is_sparse_and_small():
         got = sess.run(w)
         np.testing.assert_allclose(got[3], 1 - 0.8 ** 4, rtol=1e-6)
         assert not got[1].any()
+
+
+def test_in_place_update_keeps_start_of_run_reads_and_held_values():
+    g = cs.Graph()
+    with g.as_default():
+        w = cs.get_variable("emb", [6, 2], initializer=cs.ones_initializer())
+        ids = cs.constant([1, 1, 4])
+        e = cs.nn.embedding_lookup(w, ids)
+        step = cs.train.GradientDescentOptimizer(0.5).minimize(cs.reduce_sum(e))
+        sess = cs.Session()
+        sess.run(cs.global_variables_initializer())
+        w0, e0, _ = sess.run([w, e, step])  # fetched with the step: start-of-run values
+        assert (w0 == 1).all() and (e0 == 1).all()
+        held = sess.run(w)
+        np.testing.assert_array_equal(held[:, 0], [1, 0, 1, 1, 0.5, 1])
+        sess.run(step)  # in place would change `held`: it is copied instead
+        np.testing.assert_array_equal(held[:, 0], [1, 0, 1, 1, 0.5, 1])
+        del held
+        sess.run(step)
+        np.testing.assert_array_equal(sess.run(w)[:, 0], [1, -2, 1, 1, -0.5, 1])
+        snap = {"emb": sess.run(w)}
+        snap["emb"].setflags(write=False)
+        before = snap["emb"].copy()
+        sess.run(step, params=snap)  # a caller's snapshot is never written
+        np.testing.assert_array_equal(snap["emb"], before)
+
+
+def test_optimizers_given_indexed_slices():
+    g = cs.Graph()
+    with g.as_default():
+        w = cs.get_variable("emb", [5, 2], initializer=cs.ones_initializer())
+        e = cs.nn.embedding_lookup(w, cs.constant([3, 3, 0]))
+        loss = cs.reduce_sum(e * e)
+        mom = cs.train.MomentumOptimizer(0.1, 0.9).minimize(loss)  # dense _apply_sparse
+        sess = cs.Session()
+        sess.run(cs.global_variables_initializer())
+        sess.run(mom)
+        np.testing.assert_allclose(sess.run(w)[:, 0], [0.8, 1, 1, 0.6, 1], rtol=1e-6)
