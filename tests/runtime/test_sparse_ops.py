@@ -264,3 +264,26 @@ def test_optimizers_given_indexed_slices():
         sess.run(cs.global_variables_initializer())
         sess.run(mom)
         np.testing.assert_allclose(sess.run(w)[:, 0], [0.8, 1, 1, 0.6, 1], rtol=1e-6)
+
+
+@pytest.mark.parametrize("repeats", [3, 40])  # rounds, and the reduceat beyond 16
+def test_repeated_indices_add_up(repeats):
+    from ckptsync.ops.scatter_ops import sum_rows
+
+    idx = np.array([5, 2] * repeats + [7], np.int64)
+    rows = RNG.normal(size=(idx.size, 3))
+    uniq, sums = sum_rows(rows, idx)
+    want = np.zeros((8, 3))
+    np.add.at(want, idx, rows)
+    np.testing.assert_array_equal(uniq, [2, 5, 7])
+    np.testing.assert_allclose(sums, want[[2, 5, 7]], rtol=1e-12)
+    g = cs.Graph()
+    with g.as_default():
+        w = cs.Variable(np.zeros((8, 3)))
+        sub = cs.scatter_sub(w, idx, rows)
+        sess = cs.Session()
+        sess.run(cs.global_variables_initializer())
+        np.testing.assert_allclose(sess.run(sub), -want, rtol=1e-12)
+        dense = cs.convert_to_tensor(cs.IndexedSlices(cs.constant(rows), cs.constant(idx),
+                                                      cs.constant([8, 3])))
+        np.testing.assert_allclose(sess.run(dense), want, rtol=1e-12)

@@ -52,6 +52,64 @@ def check_indices(op: Operation | None, indices: np.ndarray, n: int) -> np.ndarr
     return idx
 
 
+# Repeated indices are applied in rounds (round k: the k-th occurrence of each index, all
+# distinct, one fancy-indexed update) up to this many occurrences of one index; beyond,
+# rows are summed with one reduceat. Both are several times faster than ``np.add.at``.
+_MAX_ROUNDS = 16
+
+
+def _rounds(flat: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]:
+    """``(order, starts, segment of each sorted position, rounds)`` of a stable sort of
+    ``flat``: ``rounds[k]`` are the sorted positions of the k-th occurrences (empty list
+    where there would be more than ``_MAX_ROUNDS``)."""
+    order = np.argsort(flat, kind="stable")
+    srt = flat[order]
+    new = np.concatenate(([True], srt[1:] != srt[:-1]))
+    starts = np.flatnonzero(new)
+    counts = np.diff(np.append(starts, srt.size))
+    seg = np.cumsum(new) - 1
+    most = int(counts.max())
+    if most > _MAX_ROUNDS:
+        return order, starts, seg, []
+    occ = np.arange(srt.size) - starts[seg]
+    return order, starts, seg, [np.flatnonzero(occ == k) for k in range(most)]
+
+
+def sum_rows(values: np.ndarray, flat_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(unique indices, sorted; the sum of the rows of each)`` for rows ``values[k]`` at
+    ``flat_idx[k]`` (the rows of one index add up in the order given)."""
+    if flat_idx.size == 0:
+        return flat_idx, values[:0]
+    order, starts, seg, rounds = _rounds(flat_idx)
+    uniq = flat_idx[order[starts]]
+    if not rounds:
+        return uniq, np.add.reduceat(values[order], starts, axis=0)
+    sums = values[order[starts]]  # a copy (fancy indexing): the first occurrences
+    for pos in rounds[1:]:
+        sums[seg[pos]] += values[order[pos]]
+    return uniq, sums
+
+
+def _add_rows(arr: np.ndarray, flat: np.ndarray, rows: np.ndarray, sign: int) -> None:
+    """``arr[flat[k]] += sign * rows[k]`` in place, one row after the other as TF's
+    ScatterAdd/ScatterSub (rows of one index in the order given)."""
+    order, starts, seg, rounds = _rounds(flat)
+    if not rounds:
+        sums = np.add.reduceat(rows[order], starts, axis=0)
+        target = flat[order[starts]]
+        if sign > 0:
+            arr[target] += sums
+        else:
+            arr[target] -= sums
+        return
+    for pos in rounds:
+        sel = order[pos]
+        if sign > 0:
+            arr[flat[sel]] += rows[sel]
+        else:
+            arr[flat[sel]] -= rows[sel]
+
+
 # --------------------------------------------------------------------- scatter kernels
 def _writable_value(ctx: Any, name: str) -> tuple[np.ndarray, bool]:
     """The variable's array to update and whether it is updated in place (see the module
@@ -78,10 +136,10 @@ def _scatter(ctx: Any, op: Operation, updates: np.ndarray, indices: np.ndarray,
             f"ref.shape[1:] = {list(want)} or [], got {list(upd.shape)}")
     if how == "update":
         arr[idx] = upd
-    elif how == "add":
-        np.add.at(arr, idx, upd)
-    else:
-        np.subtract.at(arr, idx, upd)
+    elif idx.size:
+        flat = idx.reshape(-1)
+        rows = np.broadcast_to(upd, want).reshape((flat.size,) + arr.shape[1:])
+        _add_rows(arr, flat, rows, 1 if how == "add" else -1)
     ctx.write(name, arr)
     return arr
 
@@ -175,7 +233,8 @@ def _to_dense_kernel(values: np.ndarray, indices: np.ndarray,
     if idx.size and (idx.min() < 0 or idx.max() >= shape[0]):
         raise IndexError(f"IndexedSlices index out of range [0, {shape[0]}) converting to dense")
     out = np.zeros(shape, dtype=values.dtype)
-    np.add.at(out, idx, values.reshape((idx.size,) + shape[1:]))
+    uniq, sums = sum_rows(values.reshape((idx.size,) + shape[1:]), idx)
+    out[uniq] = sums
     return out
 
 
@@ -204,21 +263,15 @@ def indexed_slices_to_dense(slices: IndexedSlices, name: str = "UnsortedSegmentS
 def _sum_duplicates_kernel(values: np.ndarray, indices: np.ndarray
                            ) -> tuple[np.ndarray, np.ndarray]:
     idx = np.asarray(indices).reshape(-1)
-    uniq, first, inverse = np.unique(idx, return_index=True, return_inverse=True)
-    if uniq.size == idx.size:  # nothing repeats: as it is
-        return values, indices
-    order = np.argsort(first, kind="stable")  # TF's unique: first-appearance order
-    rank = np.empty_like(order)
-    rank[order] = np.arange(order.size)
-    summed = np.zeros((uniq.size,) + values.shape[1:], dtype=values.dtype)
-    np.add.at(summed, rank[inverse.reshape(-1)], values)
-    return summed, uniq[order].astype(idx.dtype, copy=False)
+    uniq, sums = sum_rows(values.reshape((idx.size,) + values.shape[1:]), idx)
+    return sums, uniq
 
 
 def sum_duplicate_indices(slices: IndexedSlices, name: str = "SumDuplicateIndices"
                           ) -> IndexedSlices:
-    """``slices`` with each index once, its rows summed (first-appearance order), as TF1's
-    ``Optimizer._deduplicate_indexed_slices`` (``unique`` + ``unsorted_segment_sum``)."""
+    """``slices`` with each index once, its rows summed, as TF1's
+    ``Optimizer._deduplicate_indexed_slices`` (``unique`` + ``unsorted_segment_sum``), but
+    with the indices sorted (TF: in order of first appearance; the same update)."""
     v, i = slices.values, slices.indices
     op = make_op("SumDuplicateIndices", [v, i], [v.dtype, i.dtype],
                  [TensorShape([None] + (v.shape.as_list()[1:] if v.shape.dims is not None
