@@ -330,3 +330,84 @@ def optim_slots_in_variable_scope(tf):
         train = opt.minimize(tf.reduce_sum(tf.square(w)))
     return {"feeds": {}, "fetch": {"w": w, "m": opt.get_slot(w, "m")}, "init": True,
             "before": [(train, 2)], "names": sorted(v.op.name for v in opt.variables())}
+
+
+for _name, _build in [
+    ("decay_cosine", lambda tf, gs: tf.train.cosine_decay(0.1, gs, 10)),
+    ("decay_cosine_alpha", lambda tf, gs: tf.train.cosine_decay(0.4, gs, 16, alpha=0.1)),
+]:
+    _named_case(_name, _decay_case(_build))
+
+
+# ------------------------------------------------------------ sparse gradients
+SPARSE_OPTIMIZERS: list[tuple[str, Callable[[Any], Any]]] = [
+    ("gradient_descent", lambda tf: tf.train.GradientDescentOptimizer(0.2)),
+    ("momentum", lambda tf: tf.train.MomentumOptimizer(0.1, 0.9)),
+    ("momentum_nesterov", lambda tf: tf.train.MomentumOptimizer(0.1, 0.9, use_nesterov=True)),
+    ("adam", lambda tf: tf.train.AdamOptimizer(0.1)),
+    ("rmsprop", lambda tf: tf.train.RMSPropOptimizer(0.05, momentum=0.5)),
+    ("rmsprop_centered", lambda tf: tf.train.RMSPropOptimizer(0.05, momentum=0.5,
+                                                              centered=True)),
+    ("adagrad", lambda tf: tf.train.AdagradOptimizer(0.3)),
+    ("adadelta", lambda tf: tf.train.AdadeltaOptimizer(2.0)),
+    ("ftrl", lambda tf: tf.train.FtrlOptimizer(0.3, l1_regularization_strength=0.01,
+                                               l2_regularization_strength=0.01)),
+    ("ftrl_shrinkage", lambda tf: tf.train.FtrlOptimizer(
+        0.3, learning_rate_power=-0.7, l2_shrinkage_regularization_strength=0.05)),
+]
+
+
+def _slots_of(opt: Any, var: Any, fetch: dict, names: list) -> None:
+    for slot in opt.get_slot_names():
+        v = opt.get_slot(var, slot)
+        fetch[f"slot_{slot}"] = v
+        names.append(f"{slot}:{v.op.name}")
+
+
+def _embedding_case(make: Callable[[Any], Any]) -> Callable[[Any], dict]:
+    """An embedding looked up with repeated ids (a sparse gradient with duplicate
+    indices): rows never looked up (2, 5) and their slots must not move."""
+    def build(tf: Any) -> dict:
+        emb = tf.get_variable("emb", initializer=rand(60, 6, 3, low=-1.0, high=1.0))
+        ids = tf.placeholder(tf.int32, [None], name="ids")
+        target = tf.placeholder(tf.float32, [None, 3], name="target")
+        looked_up = tf.gather(emb, ids)
+        loss = tf.reduce_sum(tf.square(looked_up - target))
+        opt = make(tf)
+        train = opt.minimize(loss)
+        fetch, names = {"emb": emb}, []
+        _slots_of(opt, emb, fetch, names)
+        feeds = {ids: np.array([1, 4, 1, 0, 3], np.int32), target: rand(61, 5, 3)}
+        return {"feeds": feeds, "fetch": fetch, "init": True, "before": [(train, 3)],
+                "names": names}
+
+    return build
+
+
+def _indexed_slices_case(make: Callable[[Any], Any]) -> Callable[[Any], dict]:
+    """``apply_gradients`` with an ``IndexedSlices`` built by hand (duplicate indices)."""
+    def build(tf: Any) -> dict:
+        var = tf.get_variable("v", initializer=rand(62, 5, 2, low=-1.0, high=1.0))
+        grad = tf.IndexedSlices(tf.constant(rand(63, 4, 2)), tf.constant([3, 0, 3, 1]),
+                                tf.constant([5, 2]))
+        opt = make(tf)
+        train = opt.apply_gradients([(grad, var)])
+        fetch, names = {"v": var}, []
+        _slots_of(opt, var, fetch, names)
+        return {"feeds": {}, "fetch": fetch, "init": True, "before": [(train, 2)],
+                "names": names}
+
+    return build
+
+
+for _name, _make in SPARSE_OPTIMIZERS:
+    _named_case(f"sparse_embedding_{_name}", _embedding_case(_make))
+    _named_case(f"sparse_indexed_slices_{_name}", _indexed_slices_case(_make))
+
+
+@case
+def sparse_embedding_fed_lr_adagrad(tf):
+    lr = tf.placeholder(tf.float32, [], name="lr")
+    spec = _embedding_case(lambda tf: tf.train.AdagradOptimizer(lr))(tf)
+    spec["feeds"][lr] = np.float32(0.25)
+    return spec

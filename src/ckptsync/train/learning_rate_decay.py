@@ -29,15 +29,14 @@ from typing import Any
 from .. import dtypes as _dtypes
 from ..errors import CkptsyncValueError
 from ..graph import Tensor, get_default_graph
-from ..ops import elementwise_ops as _elementwise
 from ..ops.array_ops import convert_to_tensor
+from ..ops.elementwise_ops import ceil, cos, floor
 from ..ops.math_ops import (
     add,
     cast,
     divide,
     exp,
     greater,
-    less,
     maximum,
     minimum,
     multiply,
@@ -58,22 +57,6 @@ def _step(global_step: Any, dtype: _dtypes.DType, fn: str) -> Tensor:
 
 def _lr(learning_rate: Any) -> Tensor:
     return convert_to_tensor(learning_rate, name="learning_rate")
-
-
-def _floor(x: Tensor) -> Tensor:
-    """``floor(x)``: the Floor op where the build has one, else exactly from truncation
-    (``t - (x < t)``, ``t = int64(x)``)."""
-    if hasattr(_elementwise, "floor"):
-        return _elementwise.floor(x)
-    t = cast(cast(x, _dtypes.int64), x.dtype)
-    return subtract(t, cast(less(x, t), x.dtype))
-
-
-def _ceil(x: Tensor) -> Tensor:
-    if hasattr(_elementwise, "ceil"):
-        return _elementwise.ceil(x)
-    t = cast(cast(x, _dtypes.int64), x.dtype)
-    return add(t, cast(greater(x, t), x.dtype))
 
 
 def exponential_decay(learning_rate: Any, global_step: Any, decay_steps: Any,
@@ -98,7 +81,7 @@ def exponential_decay(learning_rate: Any, global_step: Any, decay_steps: Any,
         dt = lr.dtype
         p = divide(_step(global_step, dt, "exponential_decay"), cast(decay_steps, dt))
         if staircase:
-            p = _floor(p)
+            p = floor(p)
         return multiply(lr, pow(cast(decay_rate, dt), p), name=scope)
 
 
@@ -132,7 +115,7 @@ def inverse_time_decay(learning_rate: Any, global_step: Any, decay_steps: Any,
         dt = lr.dtype
         p = divide(_step(global_step, dt, "inverse_time_decay"), cast(decay_steps, dt))
         if staircase:
-            p = _floor(p)
+            p = floor(p)
         denom = add(convert_to_tensor(1.0, dtype=dt), multiply(cast(decay_rate, dt), p))
         return divide(lr, denom, name=scope)
 
@@ -156,7 +139,7 @@ def polynomial_decay(learning_rate: Any, global_step: Any, decay_steps: Any,
         if cycle:
             # TF: 1 where the step is 0, else ceil(step / decay_steps).
             one = convert_to_tensor(1.0, dtype=dt)
-            multiplier = maximum(_ceil(divide(step, steps)), one)
+            multiplier = maximum(ceil(divide(step, steps)), one)
             steps = multiply(steps, multiplier)
         else:
             step = minimum(step, steps)
@@ -172,10 +155,7 @@ def cosine_decay(learning_rate: Any, global_step: Any, decay_steps: Any, alpha: 
 
     Raises:
         ValueError: ``global_step`` is None.
-        NotImplementedError: this build has no ``Cos`` op.
     """
-    if not hasattr(_elementwise, "cos"):
-        raise NotImplementedError("cosine_decay needs the Cos op (cs.cos), not in this build.")
     graph = get_default_graph()
     with graph.name_scope(name or "CosineDecay") as scope:
         lr = _lr(learning_rate)
@@ -186,7 +166,7 @@ def cosine_decay(learning_rate: Any, global_step: Any, decay_steps: Any, alpha: 
         pi = convert_to_tensor(math.pi, dtype=dt)
         one = convert_to_tensor(1.0, dtype=dt)
         cosine = multiply(convert_to_tensor(0.5, dtype=dt),
-                          add(one, _elementwise.cos(multiply(pi, fraction))))
+                          add(one, cos(multiply(pi, fraction))))
         a = cast(alpha, dt)
         decayed = add(multiply(subtract(one, a), cosine), a)
         return multiply(lr, decayed, name=scope)
