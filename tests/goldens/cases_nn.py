@@ -205,6 +205,20 @@ def fused_batch_norm_avg_factor(tf):
 
 
 @case
+def fused_batch_norm_float64_raises(tf):
+    x = tf.placeholder(tf.float64, [2, 3, 2, 3], name="x")
+    y, _, _ = tf.nn.fused_batch_norm(x, np.ones(3, np.float32), np.zeros(3, np.float32))
+    return {"feeds": {}, "fetch": {"y": y}}
+
+
+@case
+def moments_float16(tf):
+    x = tf.placeholder(tf.float16, [None, 3], name="x")
+    m, v = tf.nn.moments(x, axes=[0])
+    return {"feeds": {x: rand(129, 4, 3, dtype=np.float16)}, "fetch": {"mean": m, "var": v}}
+
+
+@case
 def fused_batch_norm_inference_needs_mean(tf):
     x = tf.placeholder(tf.float32, [2, 3, 2, 3], name="x")
     y, _, _ = tf.nn.fused_batch_norm(x, np.ones(3, np.float32), np.zeros(3, np.float32),
@@ -384,7 +398,16 @@ def dropout_keep_prob_placeholder_fed_one(tf):
     kp = tf.placeholder(tf.float32, name="keep_prob")
     out = tf.nn.dropout(x, keep_prob=kp, seed=7)
     return {"feeds": {x: rand(202, 4, 3), kp: np.float32(1.0)}, "fetch": {"out": out},
-            "grads": ("out", [x])}
+            "grads": ("out", [x]), "names": [out.op.name]}
+
+
+@case
+def dropout_named_rate_tensor_inf_kept(tf):
+    x = tf.placeholder(tf.float32, [None, 3], name="x")
+    r = tf.placeholder(tf.float32, [], name="rate")
+    out = tf.nn.dropout(x, rate=r, name="drop")
+    xv = np.array([[np.inf, -np.inf, 1.0]], np.float32)
+    return {"feeds": {x: xv, r: np.float32(0.0)}, "fetch": {"out": out}, "names": [out.op.name]}
 
 
 @case

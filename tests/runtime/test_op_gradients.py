@@ -153,7 +153,6 @@ def test_every_differentiable_op_type_is_checked():
                 "ReluGrad", "BiasAddGrad", "XentGrad", "Assign", "AssignAdd", "AssignSub",
                 "ApplyGradientDescent", "ApplyMomentum", "ApplyAdam"}
     internal |= {"Conv2DBackpropFilter", "MaxPoolGrad", "AvgPoolGrad"}  # test_conv_ops.py
-    internal |= {"FusedBatchNormV3"}  # float32 only: float64 kernel check in test_nn_ops.py
     # The core ops (ckptsync.ops); optimizer and MPI kernels are tested with their modules.
     defs = [get_op_def(t) for t in registered_types()]
     differentiable = {d.type for d in defs if d.gradient is not None

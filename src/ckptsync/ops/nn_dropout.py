@@ -18,6 +18,7 @@ from ..tensor_shape import TensorShape
 from .array_ops import constant, convert_to_tensor, shape
 from .math_ops import cast, divide, greater_equal, multiply, subtract
 from .random_ops import random_uniform
+from .selection_ops import where_v2
 
 __all__: list[str] = []
 NN_EXPORTS: tuple[str, ...] = ("dropout",)
@@ -105,8 +106,8 @@ def dropout(x: Any, keep_prob: Any = None, noise_shape: Any = None, seed: int | 
         ns = _noise_shape(t, noise_shape)
         with name_scope("random_uniform"):
             random = random_uniform(ns, dtype=t.dtype, seed=seed, name="RandomUniform")
-        keep = cast(greater_equal(random, r), t.dtype)
-        out = multiply(ret, keep)
+        keep = greater_equal(random, r)
+        out = where_v2(keep, ret, constant(0, dtype=t.dtype))
         out.set_shape(t.shape)  # as TF (the mask only broadcasts)
         return out
 

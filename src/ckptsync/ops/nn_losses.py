@@ -13,10 +13,11 @@ from typing import Any
 
 from ..errors import CkptsyncValueError
 from ..graph import Tensor, name_scope
-from .array_ops import convert_to_tensor
-from .math_ops import abs, add, maximum, minimum, multiply, negative, subtract
-from .nn_impl import softplus
+from .array_ops import convert_to_tensor, zeros_like
+from .elementwise_ops import log1p
+from .math_ops import abs, add, exp, greater_equal, multiply, negative, subtract
 from .nn_ops import _float, relu
+from .selection_ops import where
 
 __all__: list[str] = []
 NN_EXPORTS: tuple[str, ...] = ("sigmoid_cross_entropy_with_logits",
@@ -52,11 +53,12 @@ def sigmoid_cross_entropy_with_logits(labels: Any = None, logits: Any = None,
         raise CkptsyncValueError("Both labels and logits must be provided.")
     with name_scope(name, "logistic_loss", [logits, labels]) as scope:
         x, z = _logits_labels("logistic_loss", logits, labels)
-        # TF selects on logits >= 0: the positive branch at 0, so maximum/minimum with
-        # their ties going to the first input give TF's gradient there.
-        relu_logits = maximum(x, 0.0, name="Select")
-        neg_abs_logits = minimum(negative(x), x, name="Select_1")
-        return add(subtract(relu_logits, multiply(x, z)), softplus(neg_abs_logits), name=scope)
+        zeros = zeros_like(x)
+        cond = greater_equal(x, zeros)
+        relu_logits = where(cond, x, zeros)
+        neg_abs_logits = where(cond, negative(x), x)
+        return add(subtract(relu_logits, multiply(x, z)), log1p(exp(neg_abs_logits)),
+                   name=scope)
 
 
 def weighted_cross_entropy_with_logits(labels: Any = None, logits: Any = None,
@@ -84,5 +86,5 @@ def weighted_cross_entropy_with_logits(labels: Any = None, logits: Any = None,
             log_weight = add(multiply(subtract(pos_weight, 1.0), z), 1.0)
         else:
             log_weight = add(multiply(float(pos_weight) - 1.0, z), 1.0)
-        stable = add(softplus(negative(abs(x))), relu(negative(x)))
+        stable = add(log1p(exp(negative(abs(x)))), relu(negative(x)))
         return add(multiply(subtract(1.0, z), x), multiply(log_weight, stable), name=scope)

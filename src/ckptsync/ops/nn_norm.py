@@ -17,13 +17,13 @@ from .. import dtypes as _dtypes
 from ..errors import CkptsyncTypeError, CkptsyncValueError
 from ..graph import Tensor, name_scope
 from .array_ops import convert_to_tensor, squeeze, stop_gradient
+from .elementwise_ops import rsqrt, squared_difference
 from .math_ops import (
     add,
     cast,
     maximum,
     multiply,
     negative,
-    pow,
     reduce_mean,
     reduce_sum,
     square,
@@ -40,10 +40,6 @@ def _floating(op: str, t: Tensor) -> None:
     if not t.dtype.is_floating:
         raise CkptsyncTypeError(f"{op}: expected a floating-point tensor, got {t.dtype.name} "
                                 f"for {t.name}.")
-
-
-def _rsqrt(x: Tensor, name: str = "Rsqrt") -> Tensor:
-    return pow(x, -0.5, name=name)
 
 
 def _cast_to(t: Tensor, dtype: _dtypes.DType) -> Tensor:
@@ -69,7 +65,7 @@ def l2_normalize(x: Any, axis: Any = None, epsilon: float = 1e-12, name: str | N
         t = convert_to_tensor(x, name="x")
         _floating("l2_normalize", t)
         square_sum = reduce_sum(square(t), axis, keepdims=True)
-        inv_norm = _rsqrt(maximum(square_sum, epsilon))
+        inv_norm = rsqrt(maximum(square_sum, epsilon))
         return multiply(t, inv_norm, name=scope)
 
 
@@ -98,7 +94,7 @@ def moments(x: Any, axes: Any, shift: Any = None, name: str | None = None,
         _floating("moments", t)
         y = cast(t, _dtypes.float32) if t.dtype == _dtypes.float16 else t
         mean = reduce_mean(y, axes, keepdims=True, name="mean")
-        diff = square(subtract(y, stop_gradient(mean)), name="SquaredDifference")
+        diff = squared_difference(y, stop_gradient(mean))
         variance = reduce_mean(diff, axes, keepdims=True, name="variance")
         if not keep:
             mean = squeeze(mean, axes)
@@ -127,7 +123,7 @@ def batch_normalization(x: Any, mean: Any, variance: Any, offset: Any, scale: An
         _floating("batch_normalization", t)
         m = convert_to_tensor(mean, dtype=None if isinstance(mean, Tensor) else t.dtype)
         v = convert_to_tensor(variance, dtype=None if isinstance(variance, Tensor) else m.dtype)
-        inv = _rsqrt(add(v, variance_epsilon, name="add"))
+        inv = rsqrt(add(v, variance_epsilon, name="add"))
         if scale is not None:
             inv = multiply(inv, scale, name="mul")
         scaled = multiply(t, _cast_to(inv, t.dtype), name="mul")
