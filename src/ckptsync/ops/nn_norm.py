@@ -156,16 +156,29 @@ def _fbn_grad(op: Any, g: Tensor, *_ignored: Any) -> list[Any]:
     return [dx, dscale, doffset, None, None]
 
 
+def _work_dtype(x: np.ndarray) -> Any:
+    # Elementwise work in float32 for float16/float32 input (as TF's kernel); the
+    # per-channel sums accumulate in float64.
+    return np.float64 if x.dtype == np.float64 else np.float32
+
+
+def _count(x: np.ndarray, axes: tuple[int, ...]) -> int:
+    return int(np.prod([x.shape[a] for a in axes]))
+
+
 @register("FusedBatchNormV3", grad=_fbn_grad)
 def _fbn_kernel(x: np.ndarray, scale: np.ndarray, offset: np.ndarray, mean: np.ndarray,
                 variance: np.ndarray, *, epsilon: float, is_training: bool,
                 data_format: str, exponential_avg_factor: float
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     axes, bshape = _axes(x, data_format)
+    wd = _work_dtype(x)
+    xw = x.astype(wd, copy=False)
     if is_training:
-        n = int(np.prod([x.shape[a] for a in axes]))
-        m = x.mean(axis=axes, dtype=np.float64)
-        v = x.var(axis=axes, dtype=np.float64)
+        n = _count(x, axes)
+        m = xw.mean(axis=axes, dtype=np.float64)
+        d = xw - m.astype(wd).reshape(bshape)
+        v = np.square(d).mean(axis=axes, dtype=np.float64)
         out_var = v * (n / (n - 1) if n > 1 else 1.0)  # Bessel-corrected, as TF's kernel
         out_mean = m
         f = exponential_avg_factor
@@ -174,11 +187,12 @@ def _fbn_kernel(x: np.ndarray, scale: np.ndarray, offset: np.ndarray, mean: np.n
             out_var = (1 - f) * variance + f * out_var
     else:
         m, v = mean.astype(np.float64), variance.astype(np.float64)
+        d = xw - m.astype(wd).reshape(bshape)
         out_mean, out_var = mean, variance
     inv = 1.0 / np.sqrt(v + epsilon)
-    mul = (scale * inv).reshape(bshape)
-    y = (x - m.reshape(bshape)) * mul + offset.reshape(bshape)
-    return (y.astype(x.dtype), np.asarray(out_mean, scale.dtype),
+    d *= (scale * inv).astype(wd).reshape(bshape)
+    d += offset.astype(wd).reshape(bshape)
+    return (d.astype(x.dtype, copy=False), np.asarray(out_mean, scale.dtype),
             np.asarray(out_var, scale.dtype))
 
 
@@ -189,23 +203,29 @@ def _fbn_grad_kernel(g: np.ndarray, x: np.ndarray, scale: np.ndarray, mean: np.n
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     del exponential_avg_factor
     axes, bshape = _axes(x, data_format)
+    wd = _work_dtype(x)
+    xw, gw = x.astype(wd, copy=False), g.astype(wd, copy=False)
     if is_training:
-        m = x.mean(axis=axes, dtype=np.float64)
-        v = x.var(axis=axes, dtype=np.float64)
+        m = xw.mean(axis=axes, dtype=np.float64)
+        xhat = xw - m.astype(wd).reshape(bshape)
+        v = np.square(xhat).mean(axis=axes, dtype=np.float64)
     else:
         m, v = mean.astype(np.float64), variance.astype(np.float64)
+        xhat = xw - m.astype(wd).reshape(bshape)
     inv = 1.0 / np.sqrt(v + epsilon)
-    xhat = (x - m.reshape(bshape)) * inv.reshape(bshape)
-    g64 = g.astype(np.float64)
-    doffset = g64.sum(axis=axes)
-    dscale = (g64 * xhat).sum(axis=axes)
-    k = (scale * inv).reshape(bshape)
+    xhat *= inv.astype(wd).reshape(bshape)
+    doffset = gw.sum(axis=axes, dtype=np.float64)
+    dscale = (gw * xhat).sum(axis=axes, dtype=np.float64)
+    k = (scale * inv).astype(wd).reshape(bshape)
     if is_training:
-        n = max(int(np.prod([x.shape[a] for a in axes])), 1)
-        dx = k * (g64 - (doffset.reshape(bshape) + xhat * dscale.reshape(bshape)) / n)
+        n = max(_count(x, axes), 1)
+        xhat *= (dscale / n).astype(wd).reshape(bshape)
+        xhat += (doffset / n).astype(wd).reshape(bshape)
+        dx = gw - xhat
+        dx *= k
     else:
-        dx = g64 * k
-    return dx.astype(x.dtype), dscale.astype(scale.dtype), doffset.astype(scale.dtype)
+        dx = gw * k
+    return dx.astype(x.dtype, copy=False), dscale.astype(scale.dtype), doffset.astype(scale.dtype)
 
 
 def fused_batch_norm(x: Any, scale: Any, offset: Any, mean: Any = None, variance: Any = None,
