@@ -468,3 +468,12 @@ def dropout_keep_prob_zero_raises(tf):
 @case
 def dropout_int_raises(tf):
     return {"feeds": {}, "fetch": {"out": tf.nn.dropout(tf.constant([1, 2]), rate=0.5)}}
+
+
+@case
+def dropout_noise_shape_batch_from_shape(tf):
+    x = tf.placeholder(tf.float32, [None, 3], name="x")
+    r = tf.placeholder(tf.float32, [], name="rate")
+    out = tf.nn.dropout(x, rate=r, noise_shape=[tf.shape(x)[0], 1])
+    return {"feeds": {x: rand(205, 4, 3), r: np.float32(0.0)}, "fetch": {"out": out},
+            "grads": ("out", [x]), "names": [out.op.name]}

@@ -286,6 +286,16 @@ def test_dropout_noise_shape_drops_whole_rows_and_gradient_is_the_mask():
     np.testing.assert_array_equal(grad, out)  # ones in: the gradient is mask * 2
 
 
+def test_dropout_noise_shape_from_the_batch_size():
+    g = cs.Graph()
+    with g.as_default():
+        x = cs.placeholder(cs.float32, [None, 6])
+        y = cs.nn.dropout(x, rate=0.5, noise_shape=[cs.shape(x)[0], 1], seed=4)
+        assert y.get_shape().as_list() == [None, 6]
+    out = cs.Session(graph=g).run(y, {x: np.ones((50, 6), np.float32)})
+    assert all(len(set(row)) == 1 for row in out) and 0 < (out[:, 0] == 0).sum() < 50
+
+
 def test_dropout_keep_prob_placeholder():
     g = cs.Graph()
     with g.as_default():
@@ -323,3 +333,16 @@ def test_softmax_cross_entropy_v1_stops_gradients_into_labels():
         v2 = cs.nn.softmax_cross_entropy_with_logits_v2(labels=lb, logits=lg)
         assert cs.gradients(v1, [lb]) == [None]
         assert cs.gradients(v2, [lb])[0] is not None
+
+
+@pytest.mark.parametrize("fn", [cs.random_uniform, cs.random_normal, cs.truncated_normal])
+def test_random_ops_take_shape_tensors(fn):
+    g = cs.Graph()
+    with g.as_default():
+        cs.set_random_seed(1)
+        x = cs.placeholder(cs.float32, [None, 3])
+        r = fn(cs.shape(x), seed=2)
+        r2 = fn([cs.shape(x)[0], 2])
+        assert r.get_shape().as_list() == [None, 3] and r2.get_shape().as_list() == [None, 2]
+    a, b = cs.Session(graph=g).run([r, r2], {x: np.zeros((5, 3), np.float32)})
+    assert a.shape == (5, 3) and b.shape == (5, 2) and a.dtype == np.float32

@@ -16,6 +16,7 @@ from ..errors import CkptsyncValueError
 from ..graph import Tensor, name_scope
 from ..tensor_shape import TensorShape
 from .array_ops import constant, convert_to_tensor, shape
+from .const_fold import has_tensor
 from .math_ops import cast, divide, greater_equal, multiply, subtract
 from .random_ops import random_uniform
 from .selection_ops import where_v2
@@ -34,6 +35,8 @@ def _noise_shape(x: Tensor, noise_shape: Any) -> Any:
         return shape(x)
     if _is_tensor(noise_shape):
         return convert_to_tensor(noise_shape)
+    if isinstance(noise_shape, (list, tuple)) and has_tensor(noise_shape):
+        return noise_shape  # packed by random_uniform, as TF
     ns = TensorShape(noise_shape)
     xd = x.shape.dims
     if xd is not None and ns.dims is not None and len(xd) == len(ns.dims):

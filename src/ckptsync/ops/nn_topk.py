@@ -17,6 +17,7 @@ from .. import dtypes as _dtypes
 from ..errors import CkptsyncTypeError, CkptsyncValueError, InvalidArgumentError
 from ..graph import Tensor, name_scope
 from .array_ops import convert_to_tensor
+from .const_fold import constant_value
 from .registry import register, single
 
 __all__: list[str] = []
@@ -26,9 +27,8 @@ TopKV2 = namedtuple("TopKV2", ["values", "indices"])
 
 
 def _static_int(t: Tensor) -> int | None:
-    if t.op.type == "Const":
-        return int(np.asarray(t.op.attrs["value"]))
-    return None
+    v = constant_value(t)
+    return None if v is None else int(v)
 
 
 def _first_dim(t: Tensor) -> int | None:

@@ -17,6 +17,7 @@ from ..errors import CkptsyncValueError, InvalidArgumentError
 from ..graph import Operation, Tensor, get_default_graph
 from ..tensor_shape import TensorShape
 from .array_ops import convert_to_tensor
+from .const_fold import constant_value_as_shape, has_tensor
 from .registry import register, single
 
 __all__ = ["random_uniform", "random_normal", "truncated_normal", "set_random_seed", "get_seed"]
@@ -92,25 +93,13 @@ def _truncated_kernel(ctx: Any, op: Operation, shape: Any = None) -> np.ndarray:
 def _random(op_type: str, shape: Any, dtype: Any, seed: int | None, name: str | None,
             **attrs: Any) -> Tensor:
     dt = _float_dtype(dtype)
-    if isinstance(shape, Tensor) or hasattr(shape, "_as_graph_element"):
+    if (isinstance(shape, Tensor) or hasattr(shape, "_as_graph_element")
+            or isinstance(shape, (list, tuple)) and has_tensor(shape)):
         return _random_shaped(op_type, shape, dt, seed, name, attrs)
     shp = _shape(shape)
     s1, s2 = get_seed(seed)
     return single(op_type, [], dt, shp, name=name or op_type,
                   attrs={"shape": shp, "dtype": dt, "seed": s1, "seed2": s2, **attrs})
-
-
-def static_shape_of(shape: Tensor) -> TensorShape:
-    """What a 1-D shape tensor is known to hold at build time (``cs.shape(x)`` gives
-    ``x``'s static shape, a constant its value, otherwise only the rank)."""
-    op = shape.op
-    if op.type == "Shape":
-        return op.inputs[0].shape
-    if op.type == "Const":
-        return TensorShape([int(d) for d in np.asarray(op.attrs["value"]).reshape(-1)])
-    dims = shape.shape.dims
-    n = dims[0] if dims is not None and len(dims) == 1 else None
-    return TensorShape(None if n is None else [None] * n)
 
 
 def _random_shaped(op_type: str, shape: Any, dt: _dtypes.DType, seed: int | None,
@@ -120,7 +109,7 @@ def _random_shaped(op_type: str, shape: Any, dt: _dtypes.DType, seed: int | None
         raise CkptsyncValueError(f"{op_type}: a shape tensor must be a 1-D int tensor, got "
                                  f"{t.dtype.name} {t.shape}.")
     s1, s2 = get_seed(seed)
-    return single(op_type, [t], dt, static_shape_of(t), name=name or op_type,
+    return single(op_type, [t], dt, constant_value_as_shape(t), name=name or op_type,
                   attrs={"shape": None, "dtype": dt, "seed": s1, "seed2": s2, **attrs})
 
 
