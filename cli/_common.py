@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import re
 import sys
 from typing import Any, NoReturn
 
@@ -73,6 +75,34 @@ def option(*names: str, **kw: Any) -> Any:
     long = next(n for n in names if n.startswith("--")).split("/")[0]
     env = "CKPTSYNC_" + long.lstrip("-").replace("-", "_").upper()
     return click.option(*names, envvar=env, show_envvar=True, **kw)
+
+
+class Int(click.IntRange):
+    """``click.IntRange`` that takes only plain ASCII digits: Python's ``int`` would also
+    read ``1_0`` as 10 and Arabic-Indic digits as numbers."""
+
+    name = "integer"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        if isinstance(value, str) and not re.fullmatch(r"-?[0-9]+", value.strip()):
+            self.fail(f"{value!r} is not a whole number (digits 0-9 only).", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+class Real(click.FloatRange):
+    """``click.FloatRange`` that refuses ``nan`` and ``inf`` (and ``1_0``-style spellings)
+    in the flag's own words, instead of a later error naming an internal field."""
+
+    name = "number"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        if isinstance(value, str) and not re.fullmatch(
+                r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", value.strip()):
+            self.fail(f"{value!r} is not a finite number (such as 30 or 0.5).", param, ctx)
+        out = super().convert(value, param, ctx)
+        if isinstance(out, float) and not math.isfinite(out):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return out
 
 
 def limit_blas_threads(n: int) -> None:

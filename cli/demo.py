@@ -25,6 +25,8 @@ from typing import Any
 
 import click
 
+from ._common import Int, Real
+
 START_TIMEOUT_S = 90.0
 
 
@@ -90,18 +92,18 @@ def _stop(proc: subprocess.Popen[Any] | None, timeout_s: float = 20.0) -> int | 
               type=click.Path(exists=True, dir_okay=False),
               help="A model file (build_net over the digits' x [batch, 64]), e.g. "
                    "examples/digits_cnn.py; default: the bundled digits MLP.")
-@click.option("--steps", default=1500, show_default=True, type=click.IntRange(min=1))
-@click.option("--save-every-steps", default=50, show_default=True, type=click.IntRange(min=1))
+@click.option("--steps", default=1500, show_default=True, type=Int(min=1))
+@click.option("--save-every-steps", default=50, show_default=True, type=Int(min=1))
 @click.option("--max-steps-per-s", default=100.0, show_default=True,
-              type=click.FloatRange(min=0, min_open=True),
+              type=Real(min=0, min_open=True),
               help="Trainer throttle, so the served version visibly follows it.")
 @click.option("--interval-s", default=0.5, show_default=True,
-              type=click.FloatRange(min=0.05), help="How often to query the server.")
+              type=Real(min=0.05), help="How often to query the server.")
 @click.option("--checkpoint-dir", default=None, type=click.Path(file_okay=False),
               help="A fresh (empty or missing) directory; default: a temporary one.")
 @click.option("--keep", is_flag=True, help="Keep the checkpoint directory and logs.")
 @click.option("--timeout-s", default=600.0, show_default=True,
-              type=click.FloatRange(min=1), help="Give up after this long.")
+              type=Real(min=1), help="Give up after this long.")
 def demo(model_path: str | None, steps: int, save_every_steps: int, max_steps_per_s: float,
          interval_s: float, checkpoint_dir: str | None, keep: bool, timeout_s: float) -> None:
     """Train and serve a digits model (default the MLP) side by side; show the served

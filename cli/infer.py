@@ -26,7 +26,9 @@ import click
 from ._common import (
     CONTEXT_SETTINGS,
     EXIT_USAGE,
+    Int,
     OneLineErrorGroup,
+    Real,
     fail,
     limit_blas_threads,
     option,
@@ -56,7 +58,7 @@ def main() -> None:
 @option(
     "--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @option(
-    "--port", type=click.IntRange(0, 65535), default=8501, show_default=True, help="0: any free."
+    "--port", type=Int(0, 65535), default=8501, show_default=True, help="0: any free."
 )
 @option(
     "--port-file", default=None, help="Write the bound port here once listening.")
@@ -66,29 +68,29 @@ def main() -> None:
     "--poll", is_flag=True, help="Poll the directory (NFS, no inotify).")
 @option(
     "--rescan-interval-s",
-    type=click.FloatRange(min=0.001),
+    type=Real(min=0.001),
     default=1.0,
     show_default=True,
     help="Backstop rescan period, seconds.",
 )
 @option(
     "--max-request-bytes",
-    type=click.IntRange(min=1),
+    type=Int(min=1),
     default=64 * 2**20,
     show_default=True,
     help="Request body cap; larger bodies get 413.",
 )
 @option(
-    "--max-batch-size", type=click.IntRange(min=1), default=4096, show_default=True,
+    "--max-batch-size", type=Int(min=1), default=4096, show_default=True,
               help="Most rows in one predict; more get 400.")
 @option(
     "--allow-nonfinite", is_flag=True, help="Serve checkpoints holding NaN/Inf.")
 @option(
-    "--pin-version", "pinned_version", type=click.IntRange(min=0), default=None,
+    "--pin-version", "pinned_version", type=Int(min=0), default=None,
     help="Serve only this version (global step) instead of the latest; "
     "POST :unpin returns to the latest.")
 @click.option(  # the old name of --pin-version, for one release: `infer --version` differs
-    "--version", "version", type=click.IntRange(min=0), default=None, hidden=True,
+    "--version", "version", type=Int(min=0), default=None, hidden=True,
     envvar="CKPTSYNC_VERSION",
     deprecated="It is now --pin-version (infer --version prints the program's version); "
     "--version N will be removed in the next release.")
@@ -105,26 +107,26 @@ def main() -> None:
     help="Drop the served version before loading the next: half the peak memory, "
     "a short unavailability per reload.")
 @option(
-    "--load-timeout-s", type=click.FloatRange(min=0.001), default=300.0, show_default=True,
+    "--load-timeout-s", type=Real(min=0.001), default=300.0, show_default=True,
     help="A load running longer marks the loader stuck (/healthz 503).")
 @option(
-    "--max-load-attempts", type=click.IntRange(min=1), default=5, show_default=True,
+    "--max-load-attempts", type=Int(min=1), default=5, show_default=True,
     help="Loads of a failing version (with backoff) before it is given up until its file "
     "changes.")
 @option(
     "--drain-timeout-s",
-    type=click.IntRange(min=0),
+    type=Int(min=0),
     default=30,
     show_default=True,
     help="On SIGTERM, wait this long for in-flight requests.",
 )
 @option(
-    "--idle-timeout-s", type=click.FloatRange(min=0, min_open=True), default=10.0,
+    "--idle-timeout-s", type=Real(min=0, min_open=True), default=10.0,
     show_default=True,
     help="Close a connection that has waited this long for a request's headers (never "
     "sent a byte, idle between requests, or sending its headers slowly).")
 @option(
-    "--max-connections", type=click.IntRange(min=1), default=2048, show_default=True,
+    "--max-connections", type=Int(min=1), default=2048, show_default=True,
     help="Most open connections: one more closes the longest-idle one; when all are busy "
     "it is answered only for /healthz and /readyz (503 otherwise).")
 @option(
@@ -135,7 +137,7 @@ def main() -> None:
     help="Log level of the server and its loader.",
 )
 @option(
-    "--intra-op-threads", default=1, show_default=True, type=click.IntRange(min=1),
+    "--intra-op-threads", default=1, show_default=True, type=Int(min=1),
               help="BLAS threads for numpy.")
 def serve(
     model_file: str,

@@ -11,27 +11,47 @@ from __future__ import annotations
 
 import datetime
 import os
+import stat
 
 import click
 import numpy as np
 
-from ckptsync.checkpoint import CheckpointReader, latest_checkpoint
+from ckptsync.checkpoint import CheckpointReader, data_path, get_checkpoint_state
 from ckptsync.errors import CkptsyncError, OpError
 
 from ._common import EXIT_USAGE, fail
 
 
 def _resolve(path: str) -> str:
-    if os.path.isdir(path):
-        try:
-            latest = latest_checkpoint(path)
-        except CkptsyncError as e:
-            fail(str(e))
-        if latest is None:
-            fail(f"no checkpoint in directory {path}: its 'checkpoint' state file is missing, "
-                 f"unreadable or names a checkpoint that does not exist.")
-        return latest
-    return path
+    """A directory's newest checkpoint (its state file's), or one line saying why none."""
+    if not os.path.isdir(path):
+        return path
+    try:
+        state = get_checkpoint_state(path)
+    except CkptsyncError as e:
+        fail(str(e))
+    if state is None or not state.model_checkpoint_path:
+        fail(f"no checkpoint in directory {path}: it has no readable 'checkpoint' state file "
+             "naming one.")
+    latest = state.model_checkpoint_path
+    data = data_path(latest)
+    if not os.path.lexists(data):
+        fail(f"no checkpoint in directory {path}: its state file names {latest}, but "
+             f"{data} does not exist.")
+    if not os.path.isfile(data):
+        fail(f"no checkpoint in directory {path}: its state file names {latest}, but {data} "
+             f"is a {_file_kind(data)}, not a regular file.")
+    return latest
+
+
+def _file_kind(path: str) -> str:
+    mode = os.stat(path).st_mode if os.path.exists(path) else 0
+    for test, kind in ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO"),
+                       (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"),
+                       (stat.S_ISBLK, "block device")):
+        if test(mode):
+            return kind
+    return "dangling symlink" if os.path.islink(path) else "special file"
 
 
 def _message(e: CkptsyncError) -> str:

@@ -23,7 +23,9 @@ from ._common import (
     CONTEXT_SETTINGS,
     EXIT_RUNTIME,
     EXIT_USAGE,
+    Int,
     OneLineErrorGroup,
+    Real,
     fail,
     limit_blas_threads,
     setup_logging,
@@ -45,35 +47,35 @@ def main() -> None:
 @_opt("--checkpoint-dir", required=True, type=click.Path(file_okay=False),
       help="Where checkpoints and the 'checkpoint' state file are written.")
 @_opt("--device", default="cpu:0", show_default=True, help="TF device name, e.g. cpu:0.")
-@_opt("--steps", default=2000, show_default=True, type=click.IntRange(min=1),
+@_opt("--steps", default=2000, show_default=True, type=Int(min=1),
       help="Train until this global step.")
-@_opt("--batch-size", default=64, show_default=True, type=click.IntRange(min=1),
+@_opt("--batch-size", default=64, show_default=True, type=Int(min=1),
       help="Rows per training step.")
-@_opt("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=None,
+@_opt("--learning-rate", type=Real(min=0, min_open=True), default=None,
       help="Passed to build_net(learning_rate=...).")
-@_opt("--save-every-steps", type=click.IntRange(min=1), default=None,
+@_opt("--save-every-steps", type=Int(min=1), default=None,
       help="Checkpoint every N steps (default 100).")
-@_opt("--save-every-secs", type=click.FloatRange(min=0, min_open=True), default=None,
+@_opt("--save-every-secs", type=Real(min=0, min_open=True), default=None,
       help="Checkpoint every N seconds instead.")
-@_opt("--max-to-keep", default=5, show_default=True, type=click.IntRange(min=0),
+@_opt("--max-to-keep", default=5, show_default=True, type=Int(min=0),
       help="Newest checkpoints to keep; 0 keeps all.")
 @_opt("--seed", default=0, show_default=True, type=int, help="Graph seed and data order.")
 @_opt("--resume/--no-resume", default=True, show_default=True,
       help="Continue from the latest checkpoint in --checkpoint-dir.")
-@_opt("--eval-every", default=0, show_default=True, type=click.IntRange(min=0),
+@_opt("--eval-every", default=0, show_default=True, type=Int(min=0),
       help="Held-out accuracy every N steps (0: only at the end).")
 @_opt("--async-save/--no-async-save", default=False, show_default=True,
       help="Write checkpoints in a background writer process; training continues once "
            "the values are copied. CKPTSYNC_WRITER_CPUS=0,2-3 pins the writer to "
            "those CPUs (default: none, where the scheduler puts it).")
-@_opt("--max-steps-per-s", type=click.FloatRange(min=0, min_open=True), default=None,
+@_opt("--max-steps-per-s", type=Real(min=0, min_open=True), default=None,
       help="Throttle training (demos; sharing a machine).")
 @_opt("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
       help="json: progress and summary as JSON lines on stdout.")
 @_opt("--log-level", type=click.Choice(["debug", "info", "warning", "error"],
                                        case_sensitive=False), default="info", show_default=True,
       help="Log level (logs go to stderr).")
-@_opt("--intra-op-threads", default=1, show_default=True, type=click.IntRange(min=1),
+@_opt("--intra-op-threads", default=1, show_default=True, type=Int(min=1),
       help="BLAS threads for numpy.")
 def run(**kw: Any) -> None:
     """Train --model on --data, writing checkpoints to --checkpoint-dir.

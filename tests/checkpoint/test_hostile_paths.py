@@ -92,6 +92,21 @@ def test_inspect_says_what_it_found_in_one_line(fifo_state: Path) -> None:
     assert "not a regular file" in out[0].output
 
 
+def test_inspect_of_a_directory_whose_state_names_a_fifo_says_so_in_one_line(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-5"\n')
+    os.mkfifo(tmp_path / "model.ckpt-5.h5")
+    t, out = _in_thread(lambda: CliRunner().invoke(main, ["inspect", str(tmp_path)]))
+    assert not t.is_alive(), "ckptsync inspect blocked on a FIFO"
+    assert out[0].exit_code == 1 and out[0].output.count("\n") == 1, out[0].output
+    assert "names " + str(tmp_path / "model.ckpt-5") in out[0].output
+    assert "model.ckpt-5.h5 is a FIFO, not a regular file" in out[0].output
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], "a stray log line"
+    os.unlink(tmp_path / "model.ckpt-5.h5")
+    result = CliRunner().invoke(main, ["inspect", str(tmp_path)])
+    assert result.exit_code == 1 and "model.ckpt-5.h5 does not exist" in result.output
+
+
 def test_a_symlinked_h5_pointing_outside_is_refused_like_an_escape(tmp_path: Path) -> None:
     d, _ = publish_outside(tmp_path)
     with pytest.raises(CkptsyncValueError, match="resolves outside the checkpoint directory"):

@@ -85,11 +85,17 @@ def test_503_before_any_checkpoint_then_ready(serve):
     r = client.post("/v1/models/mlp:predict", json={"instances": X})
     assert r.status_code == 503
     assert "no version of the model is loaded yet" in r.json()["error"]
-    assert client.get("/v1/models/mlp").json() == {"model_version_status": []}
+    # TF Serving's GetModelStatus while no version is known, and for an unknown version.
+    r = client.get("/v1/models/mlp")
+    assert r.status_code == 404 and r.json() == {
+        "error": "Could not find any versions of model mlp"}
     publish(directory, 1)
     manager.wait_for_version(1, timeout_s=10)
     assert client.get("/readyz").json() == {"status": "ready", "model_version": 1}
     assert client.post("/v1/models/mlp:predict", json={"instances": X}).status_code == 200
+    assert client.get("/v1/models/mlp").json()["model_version_status"][0]["version"] == "1"
+    r = client.get("/v1/models/mlp/versions/7")
+    assert r.status_code == 404 and r.json() == {"error": "Could not find version 7 of model mlp"}
 
 
 @pytest.mark.parametrize(

@@ -32,6 +32,7 @@ Example:
 """
 
 from ._atomic import op_error_from_os_error, sweep_temp_files
+from ._format import data_path
 from .management import (
     NewCheckpointReader,
     checkpoint_exists,
@@ -55,6 +56,7 @@ from .state import (
 from .writer import write_checkpoint
 
 __all__ = [
+    "data_path",
     "op_error_from_os_error",
     "write_checkpoint",
     "read_checkpoint",

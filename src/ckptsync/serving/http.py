@@ -232,8 +232,17 @@ class RestApi:
         raise HttpError(405, "method not allowed: POST to a model needs a verb, e.g. ':predict'")
 
     async def status(self, request: Request) -> Response:
+        """TF Serving's GetModelStatus: 404 with its messages while no version is known
+        (before the first checkpoint) or for a version it has no record of."""
         version = self._check_model(request)
-        return json_response({"model_version_status": self.manager.status(version)})
+        try:
+            listing = self.manager.status(version)
+        except errors.NotFoundError:
+            raise HttpError(404, f"Could not find version {version} of model "
+                                 f"{self.model_name}") from None
+        if not listing:
+            raise HttpError(404, f"Could not find any versions of model {self.model_name}")
+        return json_response({"model_version_status": listing})
 
     async def metadata(self, request: Request) -> Response:
         version = self._check_model(request)

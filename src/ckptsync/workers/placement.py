@@ -37,9 +37,12 @@ def parse_cpu_list(text: str) -> frozenset[int]:
         CkptsyncValueError: not such a list (names the text).
     """
     cpus: set[int] = set()
-    for part in text.strip().split(","):
+    parts = text.strip().split(",")
+    for part in parts:
         part = part.strip()
         if not part:
+            if len(parts) > 1:  # "0,,1" or "0,": not a list the kernel writes
+                raise CkptsyncValueError(f"{text.strip()!r} is not a CPU list such as '0,2-3'.")
             continue
         lo, sep, hi = part.partition("-")
         if not (lo.isascii() and lo.isdigit() and (not sep or (hi.isascii() and hi.isdigit()))):
