@@ -74,8 +74,9 @@ class CheckpointReadProcess:
     Args:
         timeout_s: the longest one read may take, in seconds, before its worker is
             declared hung, killed and replaced (None: no bound). The server passes
-            ``load_timeout_s``. A fresh worker's first read gets 30 s more (its
-            start-up: imports).
+            ``load_timeout_s``. A fresh worker first says it is ready once its imports
+            are done; until then it gets 30 s more (a worker that hangs after that is
+            caught within ``timeout_s``).
 
     Raises:
         OSError: the worker could not be started.
@@ -89,7 +90,7 @@ class CheckpointReadProcess:
 
     def __init__(self, timeout_s: float | None = None) -> None:
         self._timeout_s = timeout_s
-        self._answered_pid: int | None = None  # the worker that answered a read
+        self._ready_pid: int | None = None  # the worker that said it is ready
         self._lock = threading.Lock()
         self._worker = WorkerProcess(lambda: READER_COMMAND, "checkpoint reader",
                                      _CLOSE_TIMEOUT_S)
@@ -189,12 +190,14 @@ class CheckpointReadProcess:
             sock = worker.start()
         pid = worker.pid
         try:
-            send_frame(sock, b"R", {"prefix": os.fspath(prefix), "names": list(names)})
-            timeout = self._timeout_s
-            if timeout is not None and pid != self._answered_pid:
-                timeout += _START_GRACE_S
-            worker.await_answer(timeout, f"reading {prefix}.h5")  # else killed
-            _, reply, fds = recv_frame_with_fds(sock, 1)
+            # A fresh worker first says it is ready (its imports done): start-up gets the
+            # grace, the read itself only ``timeout_s``.
+            ready = pid == self._ready_pid or self._await_ready(worker, sock)
+            reply, fds = None, []
+            if ready:
+                send_frame(sock, b"R", {"prefix": os.fspath(prefix), "names": list(names)})
+                worker.await_answer(self._timeout_s, f"reading {prefix}.h5")  # else killed
+                _, reply, fds = recv_frame_with_fds(sock, 1)
         except OSError:
             fds, reply = [], None
         if reply is None:
@@ -204,8 +207,38 @@ class CheckpointReadProcess:
             if not self._closed:
                 worker.restarts += 1  # the next _ask starts another
             return None, [], pid
-        self._answered_pid = pid
         return reply, fds, pid
+
+    def _await_ready(self, worker: WorkerProcess, sock: Any) -> bool:
+        """Waits (at most the start-up grace) for a fresh worker's ready frame."""
+        grace = None if self._timeout_s is None else self._timeout_s + _START_GRACE_S
+        if not worker.await_answer(grace, "starting"):  # else killed
+            return False
+        tag, _, fds = recv_frame_with_fds(sock, 1)
+        for fd in fds:
+            os.close(fd)
+        if tag != b"Y":
+            return False
+        self._ready_pid = worker.pid
+        return True
+
+    def wait_until_started(self, timeout_s: float | None = None) -> bool:
+        """Waits until the worker has started (imported and said so), at most
+        ``timeout_s`` seconds; True once it has. A worker that does not start in time is
+        not killed here (the next read's start-up grace decides). Thread-safe."""
+        with self._lock:
+            worker = self._worker
+            sock = worker.sock
+            if sock is None or self._closed:
+                return False
+            if worker.pid == self._ready_pid:
+                return True
+            if not worker.readable(timeout_s):
+                return False
+            try:
+                return self._await_ready(worker, sock)
+            except OSError:
+                return False
 
     @property
     def worker(self) -> WorkerProcess:
@@ -301,6 +334,10 @@ def reader_main() -> None:
     logging.basicConfig(level=logging.WARNING)
     sock = socket.socket(fileno=int(sys.argv[-1]))
     wait_readable = readable_waiter(sock)  # not woken when the server reads a reply
+    try:
+        send_frame(sock, b"Y", {})  # ready: imported, serving reads from now on
+    except OSError:
+        return
     while True:
         try:
             wait_readable()
