@@ -38,6 +38,25 @@ def test_a_stopped_reader_fails_the_read_within_its_timeout_and_is_replaced(
         assert reader.pid not in (None, first)
 
 
+def test_a_fresh_reader_that_hangs_after_starting_is_caught_within_the_timeout(
+        tmp_path: Path) -> None:
+    # The 30 s start-up grace covers a worker's imports only: one that said it is ready
+    # and then stops answering (a replacement stopped before its first read) gets the
+    # read's own timeout, not 31 s.
+    prefix = write_checkpoint(tmp_path / "m-1", {"w": np.arange(3.0)}, 1)
+    with CheckpointReadProcess(timeout_s=1.0) as reader:
+        assert reader.wait_until_started(timeout_s=60), "the reader never started"
+        fresh = reader.pid
+        assert fresh is not None
+        os.kill(fresh, signal.SIGSTOP)
+        start = time.monotonic()
+        with pytest.raises(DeadlineExceededError, match="did not answer within 1 s"):
+            reader.read(prefix, ["w"])
+        assert time.monotonic() - start < 15, "the start-up grace was applied to a read"
+        assert _gone(fresh)
+        assert reader.read(prefix, ["w"])["w"].tolist() == [0.0, 1.0, 2.0]
+
+
 def _state(tmp_path: Path, step: int) -> StateUpdate:
     prefix = str(tmp_path / f"m-{step}")
     return StateUpdate(str(tmp_path), prefix, [prefix])

@@ -60,10 +60,21 @@ __all__ = [
 # Names also (or only) exported as ``cs.nn.<name>``.
 NN_EXPORTS: tuple[str, ...] = ()
 
-try:  # scipy is optional: numpy has no erf
-    from scipy.special import erf as _erf_np  # type: ignore[import-untyped]
-except ImportError:  # pragma: no cover - depends on the environment
-    _erf_np = np.vectorize(math.erf, otypes=[np.float64])
+_erf_impl: Any = None
+
+
+def _erf_np(x: np.ndarray) -> np.ndarray:
+    """erf elementwise: scipy's when installed (looked up at the first Erf run, so that
+    importing ckptsync never loads scipy), else ``math.erf`` per element (numpy has no
+    erf; exact, but slower)."""
+    global _erf_impl
+    if _erf_impl is None:
+        try:  # scipy is optional (not a dependency): imported here, on first use
+            from scipy.special import erf  # type: ignore[import-untyped]
+        except ImportError:  # pragma: no cover - depends on the environment
+            erf = np.vectorize(math.erf, otypes=[np.float64])
+        _erf_impl = erf
+    return _erf_impl(x)
 
 
 # --------------------------------------------------------------------- float unary

@@ -29,7 +29,8 @@ server closes the source or dies (even by SIGKILL), so it never outlives the ser
 the child dies, the server starts another (counted in ``observer_restarts``); so it does
 when the child stops answering (it reports at least every second; silent for 5 s it is
 not alive, for ``_HANG_TIMEOUT_S`` = 15 s, e.g. SIGSTOPped, it is killed and replaced:
-:meth:`~ckptsync.workers.WorkerProcess.await_answer`); where no process can be started,
+:meth:`~ckptsync.workers.WorkerProcess.await_answer`; a fresh child gets 30 s more for
+its first report, its imports); where no process can be started,
 the source runs in this process instead.
 
 Thread-safety: as :class:`~.source.CheckpointSource`.
@@ -66,6 +67,7 @@ _HEALTH_CHECK_S = 0.25
 _HEARTBEAT_S = 1.0  # the child reports its health at least this often
 _HEARTBEAT_TIMEOUT_S = 5.0  # silent longer (e.g. SIGSTOPped): not alive
 _HANG_TIMEOUT_S = 15.0  # silent longer: killed and replaced (a loaded host is no hang)
+_START_GRACE_S = 30.0  # more for a fresh child's first report (its imports)
 _RESCAN = encode_frame(b"", {"cmd": "rescan"})
 
 
@@ -207,6 +209,7 @@ class ProcessCheckpointSource:
         # observer restarts): one tuple, so that a reader never sees half an update
         self._restart_counts = (0, 0)
         self._heard_at = 0.0  # time.monotonic() of the child's last frame
+        self._spawned_at = 0.0  # time.monotonic() when the current child was started
         self.state_error: str | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -318,6 +321,7 @@ class ProcessCheckpointSource:
             if self._closed:
                 raise OSError("the source was closed")
             parent = self._worker.start()
+            self._spawned_at = time.monotonic()
         send_frame(parent, b"", {
             "dir": self.checkpoint_dir, "poll": self._poll,
             "rescan_interval_s": self._rescan_interval_s,
@@ -353,9 +357,11 @@ class ProcessCheckpointSource:
             doc = reader.next(block=False)
             if doc is NOT_READY:
                 # The child reports every _HEARTBEAT_S; a silent one (stopped, frozen) is
-                # killed here, and replaced below like one that died.
-                if not self._worker.await_answer(_HANG_TIMEOUT_S,
-                                                 f"watching {self.checkpoint_dir}"):
+                # killed here, and replaced below like one that died. Its first report
+                # also waits for its imports (a loaded host is no hang).
+                fresh = self._heard_at < self._spawned_at  # no report yet: still importing?
+                silence_s = _HANG_TIMEOUT_S + (_START_GRACE_S if fresh else 0.0)
+                if not self._worker.await_answer(silence_s, f"watching {self.checkpoint_dir}"):
                     if self._closed or not self._worker.running:
                         return
                 continue
