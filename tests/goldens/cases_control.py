@@ -273,3 +273,32 @@ def while_back_prop_false(tf):
     out = tf.while_loop(lambda a: tf.reduce_sum(a) < 10.0, lambda a: a * 2.0, [x],
                         back_prop=False)
     return {"feeds": {x: np.array([1.0, 0.5], np.float32)}, "fetch": {"out": out}}
+
+
+@case
+def cond_and_while_gather_gradient_wrt_variable(tf):
+    p = tf.placeholder(tf.bool, [], name="p")
+    n = tf.placeholder(tf.int32, [], name="n")
+    table = tf.Variable(rand(16, 5, 3), name="table")
+    ids = tf.constant([4, 0, 4])
+    picked = tf.cond(p, lambda: tf.gather(table, ids) * 2.0, lambda: tf.zeros([3, 3]))
+    _, acc = tf.while_loop(lambda i, a: i < n,
+                           lambda i, a: (i + 1, a * 0.5 + tf.gather(table, ids)),
+                           [0, tf.zeros([3, 3])])
+    return {"feeds": {p: np.array(True), n: np.array(2, np.int32)}, "init": True,
+            "fetch": {"out": picked + acc}, "grads": ("out", [table])}
+
+
+@case
+def cond_variable_made_in_branch(tf):
+    p = tf.placeholder(tf.bool, [], name="p")
+    x = tf.placeholder(tf.float32, [2, 3], name="x")
+
+    def make():
+        w = tf.get_variable("w_in_branch", [3, 2], initializer=tf.ones_initializer())
+        return tf.matmul(x, w)
+
+    out = tf.cond(p, make, lambda: tf.zeros([2, 2]))
+    w = [v for v in tf.global_variables() if "w_in_branch" in v.name][0]
+    return {"feeds": {p: np.array(True), x: rand(17, 2, 3)}, "init": True,
+            "fetch": {"out": out}, "grads": ("out", [w, x]), "names": [w.name]}

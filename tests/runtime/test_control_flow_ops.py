@@ -347,3 +347,34 @@ def test_while_matches_numpy_loop(trips, scale, dims, dtype):
         np.testing.assert_allclose(got, want, rtol=1e-5)
         np.testing.assert_allclose(gx, np.full(dims, scale ** trips), rtol=1e-5)
         assert got.dtype == dtype and got.shape == tuple(dims)
+
+
+def test_gradients_reach_variables_read_by_reference_and_made_in_a_branch():
+    g = cs.Graph()
+    with g.as_default():
+        p = cs.placeholder(cs.bool, [])
+        n = cs.placeholder(cs.int32, [])
+        params = cs.Variable(np.arange(12, dtype=np.float32).reshape(4, 3))
+        ids = cs.constant([0, 2, 2])
+        picked = cs.cond(p, lambda: cs.gather(params, ids), lambda: cs.zeros([3, 3]))
+        looped = cs.while_loop(lambda i, a: i < n,
+                               lambda i, a: (i + 1, a + cs.reduce_sum(cs.gather(params, ids))),
+                               [0, cs.constant(0.0)])[1]
+
+        def make():
+            w = cs.get_variable("inner_w", [3], initializer=cs.ones_initializer())
+            return cs.reduce_sum(w * 2.0)
+
+        made = cs.cond(p, make, lambda: cs.constant(0.0))
+        inner_w = [v for v in cs.global_variables() if "inner_w" in v.name][0]
+        g_pick = cs.gradients(cs.reduce_sum(picked), params)[0]
+        g_loop = cs.gradients(looped, params)[0]
+        g_made = cs.gradients(made, inner_w)[0]
+        rows = np.array([1, 0, 2, 0], np.float32)[:, None] * np.ones(3, np.float32)
+        with cs.Session() as sess:
+            sess.run(cs.global_variables_initializer())
+            np.testing.assert_allclose(sess.run(g_pick, {p: True}), rows)
+            np.testing.assert_allclose(sess.run(g_pick, {p: False}), 0 * rows)
+            np.testing.assert_allclose(sess.run(g_loop, {n: 3}), 3 * rows)
+            np.testing.assert_allclose(sess.run(g_made, {p: True}), [2, 2, 2])
+            assert sess.run(made, {p: True}) == 6.0

@@ -65,8 +65,8 @@ def trace_branch(fn: Callable[[], Any], which: str, strict: bool, pred: Tensor
 
 
 class CondSpec:
-    """An ``If`` op's branches and, per branch, the ``If`` input (after ``pred``) that
-    feeds each capture."""
+    """An ``If`` op's branches and, per branch, the ``If`` input (after ``pred``) of
+    each capture, then of each reference capture."""
 
     def __init__(self, branches: list[SubGraph], index: list[list[int]]):
         self.branches = branches
@@ -130,7 +130,7 @@ def call_branches(p: Tensor, branches: list[SubGraph]) -> list[Tensor]:
     control: list[Operation] = []
     for sub in branches:
         idx = []
-        for outer, _ in sub.ctx.captures:
+        for outer in [*(o for o, _ in sub.ctx.captures), *sub.ctx.ref_captures]:
             if id(outer) not in pos:
                 pos[id(outer)] = len(inputs)
                 inputs.append(outer)
@@ -153,7 +153,8 @@ def _if_kernel(ctx: Any, op: Operation, pred: Any, *ins: Any) -> tuple[Any, ...]
         raise InvalidArgumentError(
             None, op, f"The predicate of cond '{op.name}' must be a scalar; got shape {p.shape}.")
     b = 0 if p else 1
-    outs, saved = spec.branches[b].run(ctx, [ins[j] for j in spec.index[b]])
+    sub = spec.branches[b]
+    outs, saved = sub.run(ctx, [ins[j] for j in spec.index[b][:len(sub.ctx.captures)]])
     return (*outs, (b, ins, saved))
 
 
@@ -189,8 +190,9 @@ def _if_grad(op: Operation, *grads: Any) -> list[Any]:
         outs: list[Tensor] = []
         with active(gctx):
             gargs = [gctx.arg(op.outputs[k].dtype, op.outputs[k].shape) for k in keep]
-            caps = [(i, inner) for i, (outer, inner) in enumerate(sub.ctx.captures)
-                    if outer.dtype.is_floating or outer.dtype.is_complex]
+            caps = [(i, inner) for i, inner in enumerate(
+                        [*(inner for _, inner in sub.ctx.captures), *sub.ctx.ref_captures])
+                    if inner.dtype.is_floating or inner.dtype.is_complex]
             dxs = gradients([sub.outputs[k] for k in keep], [inner for _, inner in caps],
                             grad_ys=gargs) if caps else []
             for (i, _), d in zip(caps, dxs):

@@ -8,7 +8,10 @@ from outside becomes a control input of the ``If``/``While`` op instead. The ops
 branch therefore depend on nothing outside it, and run only when the ``If``/``While``
 kernel runs the branch's :class:`SubGraph` (its own plan, through the session's
 executor: ``RunContext.compile``/``execute``). Variable references (an ``assign``'s
-target) are not captured: assignments inside a branch write the session's variable.
+target) are not captured: assignments inside a branch write the session's variable; a
+variable read through a reference by a differentiable op (a sparse gather) also becomes
+an input of the ``If``/``While`` op, for gradients. A variable created inside a branch
+belongs to the enclosing graph.
 
 A gradient context (``forward=`` a sub-graph's context) captures the forward's tensors
 as *saved* values instead: the forward kernel fetches them too and hands them to the
@@ -49,6 +52,9 @@ class FuncContext:
     Attributes:
         captures: (outside tensor, its ``_Arg`` inside), in capture order.
         saved: for a gradient context: (forward tensor, its ``_Arg``).
+        ref_captures: outside variables that differentiable ops inside read through a
+            reference (not fed: the kernel reads the variable; an input of the
+            ``If``/``While`` op so that gradients reach the variable).
         control: outside ops that ops inside named as control inputs.
     """
 
@@ -60,6 +66,7 @@ class FuncContext:
         self.captures: list[tuple[Tensor, Tensor]] = []
         self.saved: list[tuple[Tensor, Tensor]] = []
         self.control: list[Operation] = []
+        self.ref_captures: list[Tensor] = []
         self._inner: dict[int, Tensor] = {}
 
     def contains(self, op: Operation) -> bool:
@@ -87,7 +94,13 @@ class FuncContext:
 
     def capture_inputs(self, op_type: str, inputs: Any, ctrl: list[Operation]
                        ) -> tuple[list[Tensor], list[Operation]]:
-        refs = get_op_def(op_type).ref_inputs
+        d = get_op_def(op_type)
+        refs = d.ref_inputs
+        for i in refs:  # a differentiable read through a reference (a sparse gather)
+            t = inputs[i]
+            if d.gradient is not None and id(t.op) not in self.op_ids and all(
+                    t is not r for r in self.ref_captures):
+                self.ref_captures.append(t)
         new = [t if i in refs else self.capture(t) for i, t in enumerate(inputs)]
         keep = []
         for c in ctrl:
@@ -108,6 +121,8 @@ class _Hook:
         return self.stack[-1].capture_inputs(op_type, inputs, ctrl)
 
     def created(self, op: Operation) -> None:
+        if op.type == "VariableV2":  # a variable made in a branch belongs to the graph
+            return
         for c in self.stack:
             c.op_ids.add(id(op))
 

@@ -47,7 +47,8 @@ def _fits(shape: TensorShape, inv: TensorShape) -> bool:
 
 
 class WhileSpec:
-    """A ``While`` op's sub-graphs and how its inputs feed them."""
+    """A ``While`` op's sub-graphs and, per sub-graph, the input (after the loop
+    variables) of each capture, then of each reference capture."""
 
     def __init__(self, cond: SubGraph, body: SubGraph, n_vars: int, cond_index: list[int],
                  body_index: list[int], has_max: bool, back_prop: bool,
@@ -155,7 +156,7 @@ def while_loop(cond: Callable[..., Any], body: Callable[..., Any], loop_vars: An
         control: list[Operation] = []
         for ctx in (cctx, bctx):
             idx = []
-            for outer, _ in ctx.captures:
+            for outer in [*(o for o, _ in ctx.captures), *ctx.ref_captures]:
                 if id(outer) not in pos:
                     pos[id(outer)] = len(caps)
                     caps.append(outer)
@@ -193,8 +194,8 @@ def _while_kernel(ctx: Any, op: Operation, *ins: Any) -> tuple[Any, ...]:
     n = spec.n_vars
     vals = list(ins[:n])
     caps = ins[n:len(ins) - (1 if spec.has_max else 0)]
-    ccaps = [caps[j] for j in spec.cond_index]
-    bcaps = [caps[j] for j in spec.body_index]
+    ccaps = [caps[j] for j in spec.cond_index[:len(spec.cond.ctx.captures)]]
+    bcaps = [caps[j] for j in spec.body_index[:len(spec.body.ctx.captures)]]
     limit = int(np.asarray(ins[-1])) if spec.has_max else None
     keep = spec.back_prop and bool(spec.body.saved)
     hist: list[list[Any]] = []
@@ -233,8 +234,9 @@ def _while_grad(op: Operation, *grads: Any) -> list[Any]:
     if not spec.back_prop or not diff or all(grads[k] is None for k in diff):
         return none
     body = spec.body
-    bcaps = [(i, inner) for i, (outer, inner) in enumerate(body.ctx.captures)
-             if outer.dtype.is_floating]
+    bcaps = [(i, inner) for i, inner in enumerate(
+             [*(inner for _, inner in body.ctx.captures), *body.ctx.ref_captures])
+             if inner.dtype.is_floating]
     gctx = FuncContext(op.graph, forward=body.ctx, arg_name="grad")
     with active(gctx):
         gargs = [gctx.arg(op.outputs[k].dtype, spec.shapes[k]) for k in diff]
