@@ -510,3 +510,64 @@ def gather_nd_batch_dims_mismatch(tf):
     p = tf.placeholder(tf.float32, [2, 3], name="p")
     i = tf.placeholder(tf.int32, [3, 1], name="i")
     return {"feeds": {}, "fetch": {"out": tf.gather_nd(p, i, batch_dims=1)}}
+
+
+# --------------------------------------------------------------------- dynamic_stitch
+@case
+def dynamic_stitch_overwrite_and_holes(tf):
+    i2 = tf.placeholder(tf.int32, [None], name="i2")
+    d1 = tf.placeholder(tf.float32, [2, 2], name="d1")
+    d2 = tf.placeholder(tf.float32, [None, 2], name="d2")
+    out = tf.dynamic_stitch([tf.constant([0, 4]), i2], [d1, d2])
+    return {"feeds": {i2: np.array([2, 0], np.int32), d1: rand(31, 2, 2), d2: rand(32, 2, 2)},
+            "fetch": {"out": out}, "grads": ("out", [d1, d2]), "names": [out.op.name]}
+
+
+@case
+def dynamic_stitch_constant_indices(tf):
+    d = tf.placeholder(tf.float64, [2, 3], name="d")
+    e = tf.placeholder(tf.float64, [], name="e")
+    out = tf.dynamic_stitch([tf.constant([[1, 0, 3], [5, 5, 2]]), tf.constant(4)], [d, e],
+                            name="stitched")
+    return {"feeds": {d: rand(33, 2, 3, dtype=np.float64), e: np.float64(0.25)},
+            "fetch": {"out": out}, "grads": ("out", [d, e]), "names": [out.op.name]}
+
+
+@case
+def dynamic_stitch_trailing_dims_differ(tf):
+    d = tf.placeholder(tf.float64, [2, 3], name="d")
+    e = tf.placeholder(tf.float64, [3], name="e")
+    out = tf.dynamic_stitch([tf.constant([[1, 0, 3], [5, 5, 2]]), tf.constant(4)], [d, e])
+    return {"feeds": {}, "fetch": {"out": out}}
+
+
+@case
+def dynamic_stitch_partition_round_trip(tf):
+    x = tf.placeholder(tf.float32, [None, 3], name="x")
+    p = tf.placeholder(tf.int32, [None], name="p")
+    idx = tf.dynamic_partition(tf.range(tf.shape(x)[0]), p, 2)
+    parts = tf.dynamic_partition(x, p, 2)
+    out = tf.dynamic_stitch(idx, [parts[0] * 2.0, parts[1]])
+    return {"feeds": {x: rand(35, 5, 3), p: np.array([1, 0, 0, 1, 1], np.int32)},
+            "fetch": {"out": out}, "grads": ("out", [x])}
+
+
+@case
+def dynamic_stitch_int64_indices(tf):
+    return {"feeds": {}, "fetch": {"out": tf.dynamic_stitch([tf.constant([0], tf.int64)],
+                                                            [tf.constant([1.0])])}}
+
+
+@case
+def dynamic_stitch_negative_index(tf):
+    i = tf.placeholder(tf.int32, [2], name="i")
+    out = tf.dynamic_stitch([i], [tf.constant([1.0, 2.0])])
+    return {"feeds": {i: np.array([0, -1], np.int32)}, "fetch": {"out": out}}
+
+
+@case
+def segment_prod_with_empty(tf):
+    d = tf.placeholder(tf.float32, [None, 2], name="d")
+    out = tf.segment_prod(d, tf.constant([0, 0, 2, 2, 2]))
+    return {"feeds": {d: rand(36, 5, 2)}, "fetch": {"out": out}, "grads": ("out", [d]),
+            "names": [out.op.name]}

@@ -56,6 +56,9 @@ GRAD_CASES = {
     "segment_sum": (lambda a: cs.segment_sum(a, _i(_IDS)), [(_any, (5, 2))]),
     "segment_mean": (lambda a: cs.segment_mean(a, _i(_IDS, np.int64)), [(_any, (5, 2))]),
     "segment_max": (lambda a: cs.segment_max(a, _i(_IDS)), [(_apart, (5, 2))]),
+    "segment_prod": (lambda a: cs.segment_prod(a, _i(_IDS)), [(_any, (5, 2))]),
+    "dynamic_stitch": (lambda a, b: cs.dynamic_stitch([_i([[0, 3], [1, 5]]), _i([2, 4])], [a, b]),
+                       [(_any, (2, 2, 3)), (_any, (2, 3))]),
     "segment_min": (lambda a: cs.segment_min(a, _i(_IDS)), [(_apart, (5, 2))]),
     "unsorted_segment_sum": (lambda a: cs.unsorted_segment_sum(a, _i(_UIDS), 4),
                              [(_any, (5, 2))]),
@@ -258,6 +261,12 @@ def test_unique_and_dynamic_partition_match_reference(n, parts, dt, seed):
     assert idx.dtype == np.int64 and y.dtype == dt
     for i, got in enumerate(got_parts):
         np.testing.assert_array_equal(got, x[p == i])
+    with cs.Graph().as_default():  # dynamic_stitch inverts dynamic_partition
+        xp = cs.placeholder(cs.as_dtype(dt), [None])
+        pp = cs.placeholder(cs.int32, [None])
+        where_ = cs.dynamic_partition(cs.range(cs.size(xp)), pp, parts)
+        back = cs.dynamic_stitch(where_, cs.dynamic_partition(xp, pp, parts))
+        np.testing.assert_array_equal(cs.Session().run(back, {xp: x, pp: p}), x)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -278,10 +287,7 @@ def test_one_hot_and_sequence_mask_match_numpy(values, depth, axis, dt):
         h = cs.one_hot(ip, depth, axis=axis)
         m = cs.sequence_mask(lp, depth)
         dflt = cs.sequence_mask(lp)
-        feed = {ip: ind, lp: lengths}
-        got_h, got_m = cs.Session().run([h, m], feed)
-        # (the default maxlen reduces lengths with reduce_max, which needs one)
-        got_d = cs.Session().run(dflt, feed) if lengths.size else np.zeros((0, 0), bool)
+        got_h, got_m, got_d = cs.Session().run([h, m, dflt], {ip: ind, lp: lengths})
     np.testing.assert_array_equal(got_h, want_hot)
     np.testing.assert_array_equal(got_m, want_mask)
     mx = int(lengths.max()) if lengths.size else 0

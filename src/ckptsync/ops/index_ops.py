@@ -1,6 +1,7 @@
-"""Index builders: ``range``, ``one_hot``, ``sequence_mask``, as TF1 (issue 17).
+"""Index builders: ``range``, ``one_hot``, ``sequence_mask``, ``dynamic_stitch``, as TF1
+(issue 17).
 
-None of them has a gradient (TF registers ``Range`` and ``OneHot`` as not
+Only ``dynamic_stitch`` has a gradient (TF registers ``Range`` and ``OneHot`` as not
 differentiable; ``sequence_mask`` ends in a comparison).
 """
 
@@ -19,7 +20,7 @@ from .const_fold import constant_value
 from .math_ops import cast, less, maximum, reduce_max
 from .registry import register, single
 
-__all__ = ["range", "one_hot", "sequence_mask"]
+__all__ = ["range", "one_hot", "sequence_mask", "dynamic_stitch"]
 # Names also (or only) exported as ``cs.nn.<name>``.
 NN_EXPORTS: tuple[str, ...] = ()
 
@@ -236,3 +237,92 @@ def sequence_mask(lengths: Any, maxlen: Any = None, dtype: Any = _dtypes.bool,
         result = less(row, matrix)
         dt = _dtypes.as_dtype(dtype) if dtype is not None else _dtypes.bool
         return result if dt == _dtypes.bool else cast(result, dt)
+
+
+# --------------------------------------------------------------------- dynamic_stitch
+def _stitch_grad(op: Any, g: Tensor) -> list[Any]:
+    n = op.attrs["N"]
+    idx = op.inputs[:n]
+    return [None] * n + [single("DynamicStitchGrad", [g, i], g.dtype, d.shape)
+                         for i, d in zip(idx, op.inputs[n:])]
+
+
+@register("DynamicStitchGrad")
+def _stitch_grad_kernel(g: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    return np.take(g, idx, axis=0)
+
+
+@register("DynamicStitch", grad=_stitch_grad)
+def _stitch_kernel(*arrays: np.ndarray, N: int) -> np.ndarray:  # noqa: N803 - TF's attr
+    idx, data = arrays[:N], arrays[N:]
+    rest = data[0].shape[idx[0].ndim:]
+    for i, (ix, d) in enumerate(zip(idx, data)):
+        if d.shape != ix.shape + rest:
+            raise CkptsyncValueError(
+                f"data[{i}].shape = {list(d.shape)} does not start with indices[{i}].shape "
+                f"= {list(ix.shape)} followed by {list(rest)}")
+    flat = np.concatenate([ix.reshape(-1) for ix in idx]).astype(np.int64)
+    rows = np.concatenate([d.reshape((-1,) + rest) for d in data], axis=0)
+    bad = np.flatnonzero(flat < 0)
+    if bad.size:
+        raise CkptsyncValueError(f"indices[{int(bad[0])}] is out of range")
+    out = np.zeros((int(flat.max()) + 1 if flat.size else 0,) + rest, data[0].dtype)
+    out[flat] = rows  # numpy assigns in order: a later index wins, as TF's
+    return out
+
+
+def dynamic_stitch(indices: Any, data: Any, name: str | None = None) -> Tensor:
+    """Interleaves ``data`` into one tensor by ``indices``, as TF1's ``tf.dynamic_stitch``:
+    ``merged[indices[m][i], ...] = data[m][i, ...]`` (the inverse of
+    ``dynamic_partition``).
+
+    Args:
+        indices: a list of int32 tensors.
+        data: as many tensors of one dtype; ``data[m].shape`` is ``indices[m].shape``
+            followed by the same trailing dims.
+
+    Returns:
+        ``[max(indices) + 1] + trailing dims`` (the first dim static when every index is
+        a build-time constant); rows no index names are 0; for repeated indices the
+        later value wins. The gradient gathers (repeats get it too, as TF's).
+
+    Raises:
+        TypeError: an index tensor is not int32, or the data dtypes differ.
+        ValueError: the lists differ in length or the shapes do not fit.
+        InvalidArgumentError (at run time): a negative index, or fed shapes that differ.
+    """
+    idx = [convert_to_tensor(i) for i in indices]
+    vals = [convert_to_tensor(d) for d in data]
+    if len(idx) != len(vals) or not idx:
+        raise CkptsyncValueError(
+            f"dynamic_stitch: {len(vals)} data tensors must match {len(idx)} indices "
+            f"tensors (at least one).")
+    for i in idx:
+        if i.dtype != _dtypes.int32:
+            raise CkptsyncTypeError(
+                f"DynamicStitch: indices must be int32, got {i.dtype.name} ({i.name}).")
+    if len({v.dtype for v in vals}) > 1:
+        raise CkptsyncTypeError(
+            f"DynamicStitch: data dtypes differ: {[v.dtype.name for v in vals]}.")
+    rest: Any = None
+    for m, (i, v) in enumerate(zip(idx, vals)):
+        if i.shape.ndims is None or v.shape.dims is None:
+            continue
+        r = i.shape.ndims
+        if len(v.shape.dims) < r or not v.shape[:r].is_compatible_with(i.shape):
+            raise CkptsyncValueError(
+                f"DynamicStitch: data[{m}] {v.shape} must start with indices[{m}] "
+                f"{i.shape}.")
+        tail = v.shape[r:]
+        if rest is not None and not rest.is_compatible_with(tail):
+            raise CkptsyncValueError(
+                f"DynamicStitch: the trailing dims of data[{m}] {v.shape} differ from "
+                f"{rest}.")
+        rest = tail if rest is None else rest.merge_with(tail)
+    known = [_const(i) for i in idx]
+    first = None
+    if all(k is not None for k in known):
+        first = max((int(k.max()) for k in known if k.size), default=-1) + 1  # type: ignore[union-attr]
+    shape = None if rest is None else [first, *rest.as_list()]
+    return single("DynamicStitch", [*idx, *vals], vals[0].dtype, shape,
+                  name=name or "DynamicStitch", attrs={"N": len(idx)})

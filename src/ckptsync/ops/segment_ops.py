@@ -26,7 +26,8 @@ from .registry import make_op, register, single
 from .selection_ops import check_index_dtype
 
 __all__ = [
-    "segment_sum", "segment_mean", "segment_max", "segment_min", "unsorted_segment_sum",
+    "segment_sum", "segment_mean", "segment_max", "segment_min", "segment_prod",
+    "unsorted_segment_sum",
     "unsorted_segment_max", "unsorted_segment_min", "unsorted_segment_mean",
     "unsorted_segment_prod", "unique", "dynamic_partition",
 ]
@@ -154,7 +155,7 @@ def _segment_grad_kernel(g: np.ndarray, data: np.ndarray, ids: np.ndarray, out: 
 
 
 def _register_kernels() -> None:
-    for kind in ("sum", "mean", "max", "min"):
+    for kind in ("sum", "mean", "max", "min", "prod"):
         def sorted_kernel(data: np.ndarray, ids: np.ndarray, *, kind: str = kind,
                           **_: Any) -> np.ndarray:
             num = _sorted_ids(ids, data.shape[0])
@@ -253,6 +254,11 @@ def segment_max(data: Any, segment_ids: Any, name: str | None = None) -> Tensor:
 def segment_min(data: Any, segment_ids: Any, name: str | None = None) -> Tensor:
     """As :func:`segment_sum` but the minimum of each segment (empty: 0), as TF1's."""
     return _segment("min", data, segment_ids, name)
+
+
+def segment_prod(data: Any, segment_ids: Any, name: str | None = None) -> Tensor:
+    """As :func:`segment_sum` but the product of each segment (empty: 1), as TF1's."""
+    return _segment("prod", data, segment_ids, name)
 
 
 def unsorted_segment_sum(data: Any, segment_ids: Any, num_segments: Any,
