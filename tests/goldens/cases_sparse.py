@@ -238,3 +238,37 @@ def stop_gradients_stops_xs(tf):
     ga, gb = tf.gradients(c, [a, b], stop_gradients=[b])
     return {"feeds": {a: rand(72, 2)}, "fetch": {"gb": gb},
             "names": [f"ga is None: {ga is None}"]}
+
+
+@case
+def scatter_scalar_updates_and_ranks(tf):
+    v1 = tf.Variable(np.arange(5, dtype=np.float32), name="v1")
+    v3 = tf.Variable(rand(80, 3, 2, 2), name="v3")
+    a = tf.scatter_update(v1, [0, 3], 7.0)
+    b = tf.scatter_add(v3, [[2], [0]], rand(81, 2, 1, 2, 2))
+    c = tf.scatter_sub(v1, tf.constant(np.array([4, 4, 1], np.int64)), [1.0, 2.0, 3.0])
+    return {"feeds": {}, "init": True, "before": [(a, 1), (b, 1)],
+            "fetch": {"c": c, "b": tf.scatter_add(v3, [1], tf.zeros([1, 2, 2]))}}
+
+
+@case
+def gather_scalar_index(tf):
+    p = tf.placeholder(tf.float32, [4, 3], name="p")
+    out = tf.gather(p, 2)
+    col = tf.gather(p, tf.constant(1), axis=1)
+    return {"feeds": {p: rand(82, 4, 3)}, "fetch": {"out": out, "col": col},
+            "grads": ("out", [p])}
+
+
+@case
+def embedding_lookup_int64_ids_3d_table(tf):
+    w = tf.Variable(rand(83, 5, 2, 3), name="emb")
+    ids = tf.placeholder(tf.int64, [None], name="ids")
+    out = tf.nn.embedding_lookup(w, ids)
+    return {"feeds": {ids: np.array([4, 0, 4], np.int64)}, "init": True,
+            "fetch": {"out": out}, "grads": ("out", [w])}
+
+
+@case
+def embedding_lookup_empty_params_list_raises(tf):
+    return {"feeds": {}, "fetch": {"out": tf.nn.embedding_lookup([], tf.constant([0]))}}
