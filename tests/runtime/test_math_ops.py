@@ -441,3 +441,13 @@ def test_unary_ops_match_numpy_with_unknown_and_empty_dims(name, dtype, shape, u
     assert np.asarray(got).dtype == want.dtype
     assert out.get_shape().is_compatible_with(want.shape)
     np.testing.assert_allclose(got, want, rtol=1e-6 if dtype == "float32" else 1e-12)
+
+
+def test_negative_axes_of_unknown_rank_tensors_resolve_at_run_time():
+    with cs.Graph().as_default():
+        x = cs.placeholder(cs.float32)
+        outs = [cs.cumsum(x, -1), cs.cumprod(x, -1, exclusive=True), cs.argmax(x, -1)]
+        got = _run(outs, {x: np.array([[1.0, 3.0, 2.0]], np.float32)})
+    np.testing.assert_allclose(got[0], [[1, 4, 6]])
+    np.testing.assert_allclose(got[1], [[1, 1, 3]])
+    np.testing.assert_array_equal(got[2], [1])

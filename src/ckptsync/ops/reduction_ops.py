@@ -79,6 +79,14 @@ def norm_axis(axis: Any, ndims: int | None) -> tuple[int, ...] | None:
     return tuple(sorted({a % ndims if ndims else 0 for a in axes}))
 
 
+def _single_axis(axis: Any, t: Tensor) -> tuple[int, ...] | None:
+    """One axis; a negative one of an unknown-rank tensor is resolved at run time."""
+    value = _const_value(axis)
+    if t.shape.ndims is None and value is not None and np.size(value) == 1:
+        return (int(np.asarray(value).reshape(())),)
+    return norm_axis(value, t.shape.ndims)
+
+
 def reduced_shape(s: TensorShape, axes: tuple[int, ...] | None, keepdims: bool) -> Any:
     if s.dims is None:
         return None
@@ -356,7 +364,7 @@ def _arg(op_type: str, input: Any, axis: Any, name: str | None, dimension: Any, 
         raise CkptsyncTypeError(f"{op_type}: expected a real numeric input, got "
                                 f"{t.dtype.name} for {t.name}.")
     axis = _deprecated(op_type, axis, "axis", dimension, "dimension")
-    ax = norm_axis(0 if axis is None else axis, t.shape.ndims)
+    ax = _single_axis(0 if axis is None else axis, t)
     assert ax is not None
     if len(ax) != 1:
         raise CkptsyncValueError(f"{op_type}: axis must be a single int, got {axis!r}.")
@@ -410,7 +418,7 @@ def cumsum(x: Any, axis: Any = 0, exclusive: bool = False, reverse: bool = False
     t = convert_to_tensor(x)
     if t.dtype.np.kind not in NUMERIC:
         raise CkptsyncTypeError(f"Cumsum: expected a numeric input, got {t.dtype.name}.")
-    ax = norm_axis(axis, t.shape.ndims)
+    ax = _single_axis(axis, t)
     if ax is None or len(ax) != 1:
         raise CkptsyncValueError(f"Cumsum: axis must be a single int, got {axis!r}.")
     return single("Cumsum", [t], t.dtype, t.shape, name=name,
@@ -447,7 +455,7 @@ def cumprod(x: Any, axis: Any = 0, exclusive: bool = False, reverse: bool = Fals
     t = convert_to_tensor(x)
     if t.dtype.np.kind not in NUMERIC:
         raise CkptsyncTypeError(f"Cumprod: expected a numeric input, got {t.dtype.name}.")
-    ax = norm_axis(axis, t.shape.ndims)
+    ax = _single_axis(axis, t)
     if ax is None or len(ax) != 1:
         raise CkptsyncValueError(f"Cumprod: axis must be a single int, got {axis!r}.")
     return single("Cumprod", [t], t.dtype, t.shape, name=name,
