@@ -411,3 +411,34 @@ def sparse_embedding_fed_lr_adagrad(tf):
     spec = _embedding_case(lambda tf: tf.train.AdagradOptimizer(lr))(tf)
     spec["feeds"][lr] = np.float32(0.25)
     return spec
+
+
+@case
+def ema_after_train_op_in_one_run(tf):
+    """TF1's idiom: the averages' update under control_dependencies([train_op]) averages
+    the weights that step produced."""
+    loss, w, (b, s), feeds = _model(tf)
+    opt = tf.train.AdamOptimizer(0.05)
+    train = opt.minimize(loss)
+    ema = tf.train.ExponentialMovingAverage(0.6)
+    with tf.control_dependencies([train]):
+        train_and_average = ema.apply([w, b, s])
+    fetch = {"w": w, "b": b, "s": s}
+    for v in (w, b, s):
+        fetch[f"avg_{v.op.name}"] = ema.average(v)
+    return {"feeds": feeds, "fetch": fetch, "init": True, "before": [(train_and_average, 4)]}
+
+
+for _name, _build in [
+    ("decay_cosine_restarts", lambda tf, gs: tf.train.cosine_decay_restarts(0.1, gs, 3)),
+    ("decay_cosine_restarts_constant_periods",
+     lambda tf, gs: tf.train.cosine_decay_restarts(0.1, gs, 4, t_mul=1.0, m_mul=0.5,
+                                                   alpha=0.1)),
+    ("decay_cosine_restarts_mul",
+     lambda tf, gs: tf.train.cosine_decay_restarts(0.2, gs, 2, t_mul=1.5, m_mul=0.8)),
+    ("decay_linear_cosine", lambda tf, gs: tf.train.linear_cosine_decay(0.1, gs, 20)),
+    ("decay_linear_cosine_periods",
+     lambda tf, gs: tf.train.linear_cosine_decay(0.1, gs, 12, num_periods=2.0, alpha=0.1,
+                                                 beta=0.01)),
+]:
+    _named_case(_name, _decay_case(_build))

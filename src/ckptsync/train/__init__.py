@@ -36,8 +36,10 @@ from .basic_hooks import (  # noqa: F401
 from .checkpoint_utils import init_from_checkpoint  # noqa: F401
 from .learning_rate_decay import (  # noqa: F401
     cosine_decay,
+    cosine_decay_restarts,
     exponential_decay,
     inverse_time_decay,
+    linear_cosine_decay,
     natural_exp_decay,
     piecewise_constant,
     polynomial_decay,

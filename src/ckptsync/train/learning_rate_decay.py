@@ -37,6 +37,7 @@ from ..ops.math_ops import (
     divide,
     exp,
     greater,
+    log,
     maximum,
     minimum,
     multiply,
@@ -46,7 +47,8 @@ from ..ops.math_ops import (
 )
 
 __all__ = ["exponential_decay", "piecewise_constant", "polynomial_decay", "cosine_decay",
-           "inverse_time_decay", "natural_exp_decay"]
+           "cosine_decay_restarts", "linear_cosine_decay", "inverse_time_decay",
+           "natural_exp_decay"]
 
 
 def _step(global_step: Any, dtype: _dtypes.DType, fn: str) -> Tensor:
@@ -169,6 +171,68 @@ def cosine_decay(learning_rate: Any, global_step: Any, decay_steps: Any, alpha: 
                           add(one, cos(multiply(pi, fraction))))
         a = cast(alpha, dt)
         decayed = add(multiply(subtract(one, a), cosine), a)
+        return multiply(lr, decayed, name=scope)
+
+
+def cosine_decay_restarts(learning_rate: Any, global_step: Any, first_decay_steps: Any,
+                          t_mul: float = 2.0, m_mul: float = 1.0, alpha: float = 0.0,
+                          name: str | None = None) -> Tensor:
+    """Cosine decay with warm restarts (SGDR), as ``tf.train.cosine_decay_restarts``: the
+    ``i``-th period lasts ``first_decay_steps * t_mul^i`` steps and starts from
+    ``learning_rate * m_mul^i``; named ``SGDRDecay``.
+
+    Raises:
+        ValueError: ``global_step`` is None.
+    """
+    graph = get_default_graph()
+    with graph.name_scope(name or "SGDRDecay") as scope:
+        lr = _lr(learning_rate)
+        dt = lr.dtype
+        fraction = divide(_step(global_step, dt, "cosine_decay_restarts"),
+                          cast(first_decay_steps, dt))
+        one = convert_to_tensor(1.0, dtype=dt)
+        if float(t_mul) == 1.0:
+            i_restart = floor(fraction)
+            fraction = subtract(fraction, i_restart)
+        else:  # geometric periods (TF decides this with a cond on t_mul == 1)
+            t = convert_to_tensor(float(t_mul), dtype=dt)
+            i_restart = floor(divide(log(subtract(one, multiply(fraction, subtract(one, t)))),
+                                     log(t)))
+            sum_r = divide(subtract(one, pow(t, i_restart)), subtract(one, t))
+            fraction = divide(subtract(fraction, sum_r), pow(t, i_restart))
+        m_fac = pow(convert_to_tensor(float(m_mul), dtype=dt), i_restart)
+        pi = convert_to_tensor(math.pi, dtype=dt)
+        cosine = multiply(multiply(convert_to_tensor(0.5, dtype=dt), m_fac),
+                          add(one, cos(multiply(pi, fraction))))
+        a = cast(alpha, dt)
+        decayed = add(multiply(subtract(one, a), cosine), a)
+        return multiply(lr, decayed, name=scope)
+
+
+def linear_cosine_decay(learning_rate: Any, global_step: Any, decay_steps: Any,
+                        num_periods: float = 0.5, alpha: float = 0.0, beta: float = 0.001,
+                        name: str | None = None) -> Tensor:
+    """``lr * ((alpha + linear) * cosine + beta)`` with ``linear = (decay_steps - step) /
+    decay_steps`` and ``cosine = 0.5 * (1 + cos(pi * 2 * num_periods * step /
+    decay_steps))``, the step stopping at ``decay_steps``, as
+    ``tf.train.linear_cosine_decay``; named ``LinearCosineDecay``.
+
+    Raises:
+        ValueError: ``global_step`` is None.
+    """
+    graph = get_default_graph()
+    with graph.name_scope(name or "LinearCosineDecay") as scope:
+        lr = _lr(learning_rate)
+        dt = lr.dtype
+        steps = cast(decay_steps, dt)
+        step = minimum(_step(global_step, dt, "linear_cosine_decay"), steps)
+        linear = divide(subtract(steps, step), steps)
+        fraction = multiply(convert_to_tensor(2.0 * float(num_periods), dtype=dt),
+                            divide(step, steps))
+        pi = convert_to_tensor(math.pi, dtype=dt)
+        one = convert_to_tensor(1.0, dtype=dt)
+        cosine = multiply(convert_to_tensor(0.5, dtype=dt), add(one, cos(multiply(pi, fraction))))
+        decayed = add(multiply(add(cast(alpha, dt), linear), cosine), cast(beta, dt))
         return multiply(lr, decayed, name=scope)
 
 

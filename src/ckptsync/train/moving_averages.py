@@ -23,15 +23,18 @@ Example:
     ...     ema.average(w).op.name
     'w/ExponentialMovingAverage'
 
-Note: in a ckptsync run every op reads a variable's start-of-run value, so an ``apply``
-op made under ``control_dependencies([train_op])`` averages the values from before that
-step's update (TensorFlow reads them after it); run the train op and the average op in
-separate ``session.run`` calls where the difference matters.
+The average of a variable is one fused op (``AssignMovingAverage``, ckptsync's, in place of
+TF's ``Sub``/``Mul``/``AssignSub``) that averages the variable's value as of that point of
+the run: its value written earlier in the same run, if any (so the TF1 idiom ``with
+control_dependencies([train_op]): ema.apply(...)`` averages the freshly trained weights, as
+TensorFlow does), else its start-of-run value.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import numpy as np
 
 from .. import dtypes as _dtypes
 from ..errors import CkptsyncTypeError
@@ -39,6 +42,7 @@ from ..graph import GraphKeys, Operation, Tensor, get_default_graph
 from ..initializers import zeros_initializer
 from ..ops.array_ops import convert_to_tensor
 from ..ops.math_ops import cast, divide, minimum, multiply, subtract
+from ..ops.registry import register
 from ..ops.state_ops import assign_sub, group
 from ..variable_scope import get_variable, get_variable_scope
 from ..variables import (
@@ -53,6 +57,20 @@ __all__ = ["ExponentialMovingAverage"]
 
 MOVING_AVERAGE_VARIABLES = GraphKeys.MOVING_AVERAGE_VARIABLES
 _FLOATS = (_dtypes.float16, _dtypes.float32, _dtypes.float64)
+
+
+@register("AssignMovingAverage", kind="stateful", ref_inputs=(0, 1))
+def _assign_moving_average_kernel(ctx: Any, op: Operation, _avg: None, _var: None,
+                                  one_minus_decay: np.ndarray) -> np.ndarray:
+    # average -= (average - variable) * (1 - decay), the variable as written so far this run
+    an, vn = op.inputs[0].op.name, op.inputs[1].op.name
+    avg = ctx.read(an)
+    value = ctx.writes.get(vn)
+    if value is None:
+        value = ctx.read(vn)
+    new = np.asarray(avg - (avg - value) * np.asarray(one_minus_decay, avg.dtype), avg.dtype)
+    ctx.write(an, new)
+    return new
 
 
 class ExponentialMovingAverage:
@@ -143,6 +161,10 @@ class ExponentialMovingAverage:
             one_minus = subtract(convert_to_tensor(1.0, dtype=decay.dtype), decay, name="decay")
             if one_minus.dtype != avg.dtype.base_dtype:
                 one_minus = cast(one_minus, avg.dtype.base_dtype)
+            if isinstance(value, Variable):
+                return graph.create_op(
+                    "AssignMovingAverage", [avg.value(), value.value(), one_minus],
+                    [avg.dtype.base_dtype], [avg.shape], name=scope).outputs[0]
             delta = multiply(subtract(avg.value(), value), one_minus)
             return assign_sub(avg, delta, name=scope)
 
