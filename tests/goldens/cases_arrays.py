@@ -325,3 +325,14 @@ def expand_dims_axis_out_of_range_at_run_time(tf):
     x = tf.placeholder(tf.float32, [None, 3], name="x")
     a = tf.placeholder(tf.int32, [], name="a")
     return {"feeds": {x: rand(37, 2, 3), a: np.int32(4)}, "fetch": {"e": tf.expand_dims(x, a)}}
+
+
+@case
+def index_int64_tensors(tf):
+    x = tf.placeholder(tf.float32, [None, 4], name="x")
+    t = tf.placeholder(tf.int64, [], name="t")
+    y = x[t]
+    z = x[:, t:]
+    w = x[:, ::-1][:, t]
+    return {"feeds": {x: rand(38, 3, 4), t: np.int64(1)}, "fetch": {"y": y, "z": z, "w": w},
+            "grads": ("z", [x])}

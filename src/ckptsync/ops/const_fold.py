@@ -45,11 +45,21 @@ _MAX_ELEMENTS = 1024  # TF skips constant folding of large tensors, too
 _MAX_DEPTH = 24
 
 
-def constant_value(t: Any, _depth: int = 0) -> np.ndarray | None:
+def constant_value(t: Any) -> np.ndarray | None:
     """The value of ``t`` if it is known at graph-build time, else None (as TF's
     ``tensor_util.constant_value`` plus the shape refiner's folding)."""
-    if not isinstance(t, Tensor):
-        return None
+    return _fold(t, 0, {}) if isinstance(t, Tensor) else None
+
+
+def _fold(t: Tensor, depth: int, memo: dict[int, np.ndarray | None]) -> np.ndarray | None:
+    key = id(t)
+    if key not in memo:  # shared subgraphs are evaluated once
+        memo[key] = _fold_once(t, depth, memo)
+    return memo[key]
+
+
+def _fold_once(t: Tensor, _depth: int, memo: dict[int, np.ndarray | None]
+               ) -> np.ndarray | None:
     op = t.op
     if op.type == "Const":
         return op.attrs["value"]
@@ -74,7 +84,7 @@ def constant_value(t: Any, _depth: int = 0) -> np.ndarray | None:
         return None
     vals = []
     for x in op.inputs:
-        v = constant_value(x, _depth + 1)
+        v = _fold(x, _depth + 1, memo)
         if v is None or np.size(v) > _MAX_ELEMENTS:
             return None
         vals.append(v)

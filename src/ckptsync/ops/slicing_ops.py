@@ -243,7 +243,9 @@ def _slice_helper(tensor: Tensor, key: Any) -> Tensor:
             masks["shrink_axis_mask"] |= bit
     with tensor.graph.name_scope("strided_slice") as scope:
         if begin:
-            b, e, s = (_pack(v, "stack" if j == 0 else f"stack_{j}")
+            dt = next((v.dtype for v in begin + end + strides if isinstance(v, Tensor)),
+                      _dtypes.int32)
+            b, e, s = (_pack(v, "stack" if j == 0 else f"stack_{j}", dt)
                        for j, v in enumerate((begin, end, strides)))
         else:  # x[()] : an empty spec
             b = e = s = _array.constant(np.zeros([0], np.int32))
@@ -264,11 +266,9 @@ def _check_index(k: Any) -> Any:
     return int(k)
 
 
-def _pack(vals: list[Any], name: str) -> Tensor:
-    tensors = [v for v in vals if isinstance(v, Tensor)]
-    if not tensors:
-        return _array.constant(np.asarray(vals, np.int32), name=name)
-    dt = tensors[0].dtype
+def _pack(vals: list[Any], name: str, dt: _dtypes.DType) -> Tensor:
+    if not any(isinstance(v, Tensor) for v in vals):
+        return _array.constant(np.asarray(vals, dt.np), name=name)
     return stack([_array.convert_to_tensor(v, dtype=dt) for v in vals], name=name)
 
 
