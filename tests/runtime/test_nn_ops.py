@@ -203,6 +203,19 @@ def test_top_k_matches_a_stable_reference(lead, n, dtype, seed, data):
     assert values.dtype == dtype and indices.dtype == np.int32
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+def test_top_k_of_many_matches_the_full_sort(dtype):
+    from ckptsync.ops import nn_topk
+    rng = np.random.default_rng(3)
+    for values in (rng.integers(0, 50, (7, 1000)), rng.normal(size=(3, 2, 500)) * 100):
+        x = values.astype(dtype)
+        for k in (1, 5, 30):
+            np.testing.assert_array_equal(nn_topk._top_indices(x, k),
+                                          nn_topk._stable_descending(x)[..., :k])
+    x = np.zeros((2, 300), dtype)  # all tied: the first k indices
+    np.testing.assert_array_equal(nn_topk._top_indices(x, 3), [[0, 1, 2]] * 2)
+
+
 def test_top_k_gradient_scatters_into_the_indices():
     with cs.Graph().as_default() as g:
         x = cs.constant(np.array([[1.0, 5.0, 3.0, 5.0]], np.float32))

@@ -55,11 +55,35 @@ def _top_k_kernel(x: np.ndarray, k: np.ndarray, *, sorted: bool, index_type: Any
     if x.ndim < 1 or n < kk:
         raise InvalidArgumentError(None, None, f"TopKV2: input must have at least k columns. "
                                    f"Had {n}, needed {kk}.")
-    # A stable descending order with the lower index first among ties (NaN counts as the
-    # largest): a stable ascending sort of the reversed row, read backwards.
-    order = np.argsort(x[..., ::-1], axis=-1, kind="stable")[..., ::-1][..., :kk]
-    idx = (n - 1) - order
+    idx = _top_indices(x, kk)
     return np.take_along_axis(x, idx, axis=-1), idx.astype(index_type.np)
+
+
+def _stable_descending(x: np.ndarray) -> np.ndarray:
+    """Positions of a stable descending sort of the last axis (lower index first among
+    ties, NaN as the largest): a stable ascending sort of the reversed rows, read
+    backwards."""
+    n = x.shape[-1]
+    return (n - 1) - np.argsort(x[..., ::-1], axis=-1, kind="stable")[..., ::-1]
+
+
+def _top_indices(x: np.ndarray, k: int) -> np.ndarray:
+    n = x.shape[-1]
+    if k == 0 or n < 64 or 8 * k > n or x.size == 0 or (
+            x.dtype.kind == "f" and np.isnan(x).any()):
+        return _stable_descending(x)[..., :k]
+    # Few of many: only the m largest of each row can be in its top k, where m counts,
+    # over the rows, the entries >= the row's k-th largest value (ties included).
+    part = np.argpartition(x, n - k, axis=-1)
+    kth = np.take_along_axis(x, part[..., n - k:n - k + 1], axis=-1)
+    m = int((x >= kth).sum(axis=-1).max())
+    if 2 * m > n:
+        return _stable_descending(x)[..., :k]
+    if m > k:  # ties at the k-th value: widen to every candidate
+        part = np.argpartition(x, n - m, axis=-1)
+    cand = np.sort(part[..., n - m:], axis=-1)
+    order = _stable_descending(np.take_along_axis(x, cand, axis=-1))[..., :k]
+    return np.take_along_axis(cand, order, axis=-1)
 
 
 @register("TopKGrad")
