@@ -571,3 +571,22 @@ def segment_prod_with_empty(tf):
     out = tf.segment_prod(d, tf.constant([0, 0, 2, 2, 2]))
     return {"feeds": {d: rand(36, 5, 2)}, "fetch": {"out": out}, "grads": ("out", [d]),
             "names": [out.op.name]}
+
+
+@case
+def one_hot_axis_past_rank(tf):
+    i = tf.placeholder(tf.int32, [2], name="i")
+    return {"feeds": {i: np.array([0, 1], np.int32)}, "fetch": {"out": tf.one_hot(i, 2, axis=3)}}
+
+
+@case
+def one_hot_axis_below_minus_one(tf):
+    return {"feeds": {}, "fetch": {"out": tf.one_hot([1], 2, axis=-2)}}
+
+
+@case
+def unique_nans_are_distinct(tf):
+    x = tf.placeholder(tf.float32, [None], name="x")
+    y, idx = tf.unique(x)
+    return {"feeds": {x: np.array([np.nan, 1.0, np.nan, 1.0], np.float32)},
+            "fetch": {"y": y, "idx": idx}}

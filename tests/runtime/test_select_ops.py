@@ -360,7 +360,7 @@ def test_build_time_errors():
         with pytest.raises(TypeError):
             cs.one_hot([1], 2, on_value=1, off_value=0.0)
         with pytest.raises(ValueError):
-            cs.one_hot([1], 2, axis=3)
+            cs.one_hot([1], 2, axis=-2)
         with pytest.raises(ValueError):
             cs.unique(p)
         with pytest.raises(TypeError):

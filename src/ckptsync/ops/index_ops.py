@@ -112,6 +112,9 @@ def _one_hot_kernel(indices: np.ndarray, depth: np.ndarray, on: np.ndarray, off:
     d = int(depth)
     if d < 0:
         raise CkptsyncValueError(f"depth must be non-negative, got: {d}")
+    if axis > indices.ndim:
+        raise CkptsyncValueError(
+            f"Expected axis to be -1 or between [0, {indices.ndim}).  But received: {axis}")
     hot = indices[..., None] == np.arange(d, dtype=np.int64)
     out = np.where(hot, on, off).astype(on.dtype, copy=False)
     if axis != -1:
@@ -139,7 +142,8 @@ def one_hot(indices: Any, depth: Any, on_value: Any = None, off_value: Any = Non
 
     Raises:
         TypeError: ``dtype`` and the on/off values' dtypes disagree; indices not integer.
-        ValueError: ``axis`` out of range; on/off values or ``depth`` not scalars.
+        ValueError: ``axis < -1``; on/off values or ``depth`` not scalars.
+        InvalidArgumentError (at run time): ``axis`` past the rank of ``indices``.
     """
     ax = -1 if axis is None else int(axis)
     with _graph_of(indices, depth, on_value, off_value).name_scope(name or "one_hot") as scope:
@@ -181,14 +185,11 @@ def one_hot(indices: Any, depth: Any, on_value: Any = None, off_value: Any = Non
             raise CkptsyncValueError(f"OneHot: depth must be non-negative, got {static_depth}.")
         shape: Any = None
         if idx.shape.dims is not None:
+            # An axis past the rank is refused when the graph runs, as TF's.
             dims = list(idx.shape.dims)
-            if not -1 <= ax <= len(dims):
-                raise CkptsyncValueError(
-                    f"OneHot: expected axis to be -1 or between [0, {len(dims)}), but "
-                    f"received: {ax}.")
             dims.insert(len(dims) if ax == -1 else ax, static_depth)
             shape = dims
-        elif ax < -1:
+        if ax < -1:
             raise CkptsyncValueError(f"OneHot: axis must be >= -1, got {ax}.")
         return single("OneHot", [idx, dep, on, off], on.dtype, shape, name=scope,
                       attrs={"axis": ax})

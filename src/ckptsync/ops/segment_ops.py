@@ -325,7 +325,9 @@ UniqueOutput = collections.namedtuple("UniqueOutput", ["y", "idx"])
 def _unique_kernel(x: np.ndarray, *, out_idx: Any) -> tuple[np.ndarray, np.ndarray]:
     if x.ndim != 1:
         raise CkptsyncValueError(f"unique expects a 1D vector, got shape {list(x.shape)}")
-    uniq, first, inverse = np.unique(x, return_index=True, return_inverse=True)
+    # NaNs are all distinct, as TF's hash table (numpy would fold them into one).
+    uniq, first, inverse = np.unique(x, return_index=True, return_inverse=True,
+                                     equal_nan=False)
     order = np.argsort(first, kind="stable")
     rank = np.empty(order.size, np.int64)
     rank[order] = np.arange(order.size)
