@@ -194,7 +194,50 @@ class CNN(Model):
         return loss
 
 
-NAMES = ("cnn", "mlp")
+# --------------------------------------------------------------------- embedding
+class Embedding(Model):
+    """``ids [256]`` -> rows of a ``[vocab, 64]`` table -> dense 10, SGD. The table's
+    gradient is an IndexedSlices of the 256 looked-up rows, applied in place (a scatter):
+    the step's cost must not depend on ``vocab``."""
+
+    batch = 256
+    dim = 64
+
+    def __init__(self, vocab: int = 100_000):
+        self.vocab = vocab
+        self.name = f"embedding {vocab:,} x {self.dim}, batch {self.batch}, SGD"
+
+    def params(self) -> list[np.ndarray]:
+        rng = np.random.default_rng(0)
+        table = rng.standard_normal((self.vocab, self.dim), dtype=np.float32)
+        table *= np.float32(0.05)
+        return [table, glorot(rng, self.dim, 10), np.zeros(10, np.float32)]
+
+    def batches(self, n: int) -> list[dict[str, np.ndarray]]:
+        rng = np.random.default_rng(1)
+        return [{"ids": rng.integers(0, self.vocab, self.batch).astype(np.int32),
+                 "y": rng.integers(0, 10, self.batch).astype(np.int64)} for _ in range(n)]
+
+    def build(self, tf: Any, params: list[np.ndarray]) -> tuple[Any, Any, dict[str, Any]]:
+        ids = tf.placeholder(tf.int32, [None], name="ids")
+        y = tf.placeholder(tf.int64, [None], name="y")
+        table = tf.Variable(params[0], name="table")
+        w, b = tf.Variable(params[1], name="w"), tf.Variable(params[2], name="b")
+        logits = tf.nn.bias_add(tf.matmul(tf.nn.embedding_lookup(table, ids), w), b)
+        loss = _loss(tf, logits, y)
+        return tf.train.GradientDescentOptimizer(LR).minimize(loss), loss, {"ids": ids, "y": y}
+
+    def numpy_step(self, p: list[np.ndarray], b: dict[str, np.ndarray]) -> float:
+        ids, y = b["ids"], b["y"]
+        emb = p[0][ids]
+        loss, d = _xent_backward(emb @ p[1] + p[2], y)
+        demb = d @ p[1].T
+        _sgd(p[1:], [emb.T @ d, d.sum(0)])
+        np.subtract.at(p[0], ids, np.float32(LR) * demb)
+        return loss
+
+
+NAMES = ("cnn", "mlp", "embedding")
 
 
 def model(name: str, vocab: int | None = None) -> Model:
@@ -203,4 +246,6 @@ def model(name: str, vocab: int | None = None) -> Model:
         return CNN()
     if name == "mlp":
         return MLP()
+    if name == "embedding":
+        return Embedding(vocab or 100_000)
     raise ValueError(f"unknown model {name!r}; one of {', '.join(NAMES)}")

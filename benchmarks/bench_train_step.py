@@ -275,13 +275,24 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=300, help="steps per timed sample")
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--threads", type=int, default=1, help="BLAS threads")
+    ap.add_argument("--vocabs", default="10000,100000,1000000",
+                    help="embedding table sizes (rows), one row each: the step's cost must "
+                         "not depend on them")
     args = ap.parse_args()
     threadpool_limits(args.threads)
     for name in args.models.split(","):
+        args.model_name = name
         if name == "digits":
             bench_digits(args)
+        elif name == "embedding":
+            by_vocab = {v: bench_side_by_side(model(name, v), args, v)
+                        for v in (int(s) for s in args.vocabs.split(","))}
+            key = "ckptsync Session.run(train_op)"
+            lo, hi = min(by_vocab), max(by_vocab)
+            print(f"\nembedding step, vocab {hi:,} / vocab {lo:,}: ckptsync "
+                  f"{by_vocab[hi][key] / by_vocab[lo][key]:.2f}x (target ~1x: independent "
+                  "of the vocabulary size)")
         else:
-            args.model_name = name
             bench_side_by_side(model(name), args)
         print()
 
