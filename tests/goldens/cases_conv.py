@@ -178,6 +178,17 @@ def conv2d_transpose_output_shape_tensor(tf):
 
 
 @case
+def conv2d_transpose_output_shape_from_tf_shape(tf):
+    v = tf.placeholder(tf.float32, [None, 3, 3, 2], name="v")
+    w = tf.constant(rand(39, 3, 3, 4, 2))
+    out = tf.nn.conv2d_transpose(v, w, [tf.shape(v)[0], 6, 6, 4], strides=2, padding="SAME")
+    stacked = tf.nn.conv2d_transpose(v, w, tf.stack([tf.shape(v)[0], 5, 5, 4]), strides=2,
+                                     padding="SAME")
+    return {"feeds": {v: rand(55, 2, 3, 3, 2)}, "fetch": {"out": out, "stacked": stacked},
+            "grads": ("out", [v])}
+
+
+@case
 def conv2d_transpose_depth_mismatch_raises(tf):
     v = tf.placeholder(tf.float32, [2, 2, 2, 3])
     tf.nn.conv2d_transpose(v, tf.constant(rand(38, 3, 3, 4, 2)), [2, 4, 4, 4],

@@ -21,6 +21,7 @@ from ..errors import CkptsyncTypeError, CkptsyncValueError, InvalidArgumentError
 from ..graph import Tensor
 from ..tensor_shape import TensorShape
 from .array_ops import convert_to_tensor, shape
+from .const_fold import constant_value_as_shape
 from .pool_ops import avg_pool, max_pool  # noqa: F401  (exported as cs.nn.*)
 from .registry import register, single
 from .windows import (
@@ -147,8 +148,7 @@ def _grad_backprop_filter(op: Any, g: Tensor) -> list[Any]:
 # --------------------------------------------------------------------- constructors
 def _operands(op: str, value: Any, flt: Any) -> tuple[Tensor, Tensor]:
     x = convert_to_tensor(value)
-    is_tensor = isinstance(flt, Tensor) or hasattr(flt, "_as_graph_element")
-    w = convert_to_tensor(flt) if is_tensor else convert_to_tensor(flt, dtype=x.dtype)
+    w = convert_to_tensor(flt) if _is_tensor(flt) else convert_to_tensor(flt, dtype=x.dtype)
     if x.dtype not in _CONV_DTYPES:
         raise CkptsyncTypeError(f"{op}: input must be float16, float32, float64 or int32, got "
                                 f"{x.dtype.name} for {x.name}.")
@@ -220,19 +220,25 @@ def conv2d(input: Any, filter: Any = None, strides: Any = None,  # noqa: A002 - 
                   attrs={"strides": st, "dilations": dl, "padding": pad})
 
 
+def _is_tensor(v: Any) -> bool:
+    return isinstance(v, Tensor) or hasattr(v, "_as_graph_element")
+
+
 def _static_sizes(output_shape: Any) -> tuple[Tensor, list[int | None]]:
-    if isinstance(output_shape, Tensor) or hasattr(output_shape, "_as_graph_element"):
+    """The ``input_sizes`` tensor and what is known of it at build time (as TF's shape
+    function: constants, ``tf.stack``/lists mixing ints and tensors, ``tf.shape``)."""
+    mixed = isinstance(output_shape, (list, tuple)) and any(_is_tensor(v) for v in output_shape)
+    if _is_tensor(output_shape) or mixed:
         t = convert_to_tensor(output_shape)
         if t.dtype not in (_dtypes.int32, _dtypes.int64):
             raise CkptsyncTypeError(f"conv2d_transpose: output_shape must be int32 or int64, got "
                                     f"{t.dtype.name}.")
-        if t.shape.dims is not None and (len(t.shape.dims) != 1 or t.shape.dims[0] not in (4, None)):
+        dims = t.shape.dims
+        if dims is not None and (len(dims) != 1 or dims[0] not in (4, None)):
             raise CkptsyncValueError(f"conv2d_transpose: output_shape must have shape (4,), got "
                                      f"{t.shape}.")
-        static: list[int | None] = [None] * 4
-        if t.op.type == "Const":
-            static = [int(v) for v in np.asarray(t.op.get_attr("value")).reshape(-1)]
-        return t, static
+        known = constant_value_as_shape(t).dims
+        return t, list(known) if known is not None and len(known) == 4 else [None] * 4
     vals = np.asarray(output_shape)
     if vals.shape != (4,) or vals.dtype.kind not in "iu":
         raise CkptsyncValueError(f"conv2d_transpose: output_shape must have shape (4,), got "
