@@ -270,9 +270,25 @@ def _grad_einsum(op: Any, g: Tensor) -> list[Any]:
 
 
 @register("Einsum", grad=_grad_einsum)
-def _einsum_kernel(*xs: np.ndarray, equation: str) -> np.ndarray:
+def _einsum_kernel(*xs: np.ndarray, equation: str, dot_axes: Any = None) -> np.ndarray:
+    if dot_axes is not None:  # a plain contraction: BLAS through tensordot, no path search
+        return np.tensordot(xs[0], xs[1], dot_axes)
     out = np.einsum(equation, *xs, optimize=len(xs) > 1)
     return np.asarray(out, dtype=xs[0].dtype)
+
+
+def _dot_axes(ins: list[str], out: str) -> Any:
+    """``(a_axes, b_axes)`` when ``a,b->out`` is ``np.tensordot(a, b, axes)`` (output = a's
+    free labels then b's, in order; every other label contracted), else None."""
+    if len(ins) != 2 or "..." in "".join(ins) + out:
+        return None
+    a, b = ins
+    shared = [c for c in a if c in b]
+    if any(c in out for c in shared):
+        return None
+    if out != "".join(c for c in a if c not in b) + "".join(c for c in b if c not in a):
+        return None
+    return ([a.index(c) for c in shared], [b.index(c) for c in shared])
 
 
 def _einsum_op(ins: list[str], out: str, xs: list[Tensor], name: str) -> Tensor:
@@ -282,8 +298,10 @@ def _einsum_op(ins: list[str], out: str, xs: list[Tensor], name: str) -> Tensor:
     if xs[0].dtype.is_bool:
         raise CkptsyncTypeError("einsum: bool inputs are not supported.")
     shape = _einsum_shape(ins, out, [x.shape for x in xs])
-    return single("Einsum", xs, xs[0].dtype, shape, name=name,
-                  attrs={"equation": f"{','.join(ins)}->{out}"})
+    attrs: dict[str, Any] = {"equation": f"{','.join(ins)}->{out}"}
+    if xs[0].dtype.is_floating or xs[0].dtype.is_complex:
+        attrs["dot_axes"] = _dot_axes(ins, out)
+    return single("Einsum", xs, xs[0].dtype, shape, name=name, attrs=attrs)
 
 
 def einsum(equation: str, *inputs: Any, **kwargs: Any) -> Tensor:
