@@ -477,3 +477,47 @@ def dropout_noise_shape_batch_from_shape(tf):
     out = tf.nn.dropout(x, rate=r, noise_shape=[tf.shape(x)[0], 1])
     return {"feeds": {x: rand(205, 4, 3), r: np.float32(0.0)}, "fetch": {"out": out},
             "grads": ("out", [x]), "names": [out.op.name]}
+
+
+# --------------------------------------------------------------------- more of tf.nn
+@case
+def softmax_axis0(tf):
+    return _act(tf, lambda t: tf.nn.softmax(t, axis=0), rand(210, 3, 4))
+
+
+@case
+def log_softmax_dim1_rank3(tf):
+    x = tf.placeholder(tf.float32, [2, 3, 4], name="x")
+    out = tf.nn.log_softmax(x, dim=1)
+    return {"feeds": {x: rand(211, 2, 3, 4)}, "fetch": {"out": out}, "grads": ("out", [x])}
+
+
+@case
+def bias_add_nchw(tf):
+    x = tf.placeholder(tf.float32, [None, 3, 2, 2], name="x")
+    b = tf.placeholder(tf.float32, [3], name="b")
+    out = tf.nn.bias_add(x, b, data_format="NCHW")
+    return {"feeds": {x: rand(212, 2, 3, 2, 2), b: rand(213, 3)}, "fetch": {"out": out},
+            "grads": ("out", [x, b])}
+
+
+@case
+def relu_layer(tf):
+    x = tf.placeholder(tf.float32, [None, 3], name="x")
+    w = tf.placeholder(tf.float32, [3, 2], name="w")
+    b = tf.placeholder(tf.float32, [2], name="b")
+    out = tf.nn.relu_layer(x, w, b)
+    return {"feeds": {x: rand(214, 4, 3), w: rand(215, 3, 2), b: rand(216, 2)},
+            "fetch": {"out": out}, "grads": ("out", [x, w, b]), "names": [out.op.name]}
+
+
+@case
+def crelu(tf):
+    return _act(tf, tf.nn.crelu, _both(rand(217, 2, 5)))
+
+
+@case
+def zero_fraction(tf):
+    x = tf.placeholder(tf.float32, [None, 4], name="x")
+    out = tf.nn.zero_fraction(tf.nn.relu(x))
+    return {"feeds": {x: rand(218, 5, 4)}, "fetch": {"out": out}, "names": [out.op.name]}

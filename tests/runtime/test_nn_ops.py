@@ -62,6 +62,13 @@ GRAD_CASES = {
                   [(_any, (2, 3)), (_any, (3, 4)), (_any, (4,))]),
     "softmax_xent_v2": (lambda a, b: cs.nn.softmax_cross_entropy_with_logits_v2(
         labels=cs.nn.softmax(b), logits=a), [(_any, (3, 4)), (_any, (3, 4))]),
+    "softmax_axis0": (lambda a: cs.nn.softmax(a, axis=0), [(_any, (3, 4))]),
+    "log_softmax_axis1": (lambda a: cs.nn.log_softmax(a, axis=1), [(_any, (2, 3, 2))]),
+    "bias_add_nchw": (lambda x, b: cs.nn.bias_add(x, b, data_format="NCHW"),
+                      [(_any, (2, 3, 2, 2)), (_any, (3,))]),
+    "crelu": (lambda a: cs.nn.crelu(a), [(_apart, (2, 3))]),
+    "relu_layer": (lambda x, w, b: cs.nn.relu_layer(x, w, b),
+                   [(_any, (2, 3)), (_any, (3, 4)), (_any, (4,))]),
     # float32 inside (FusedBatchNormV3 takes no float64, as TF): its gradient is checked in
     # float64 on the kernels below.
     "fused_batch_norm": (lambda x: cs.nn.fused_batch_norm(

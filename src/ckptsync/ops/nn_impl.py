@@ -17,15 +17,15 @@ import numpy as np
 from .. import dtypes as _dtypes
 from ..errors import CkptsyncTypeError, CkptsyncValueError
 from ..graph import Tensor, name_scope
-from .array_ops import convert_to_tensor
-from .math_ops import cast, matmul, maximum, multiply, negative, unary
-from .nn_ops import bias_add, sigmoid
+from .array_ops import concat, convert_to_tensor, identity, zeros_like
+from .math_ops import cast, equal, matmul, maximum, multiply, negative, reduce_mean, unary
+from .nn_ops import bias_add, relu, sigmoid
 from .registry import register, single
 
 __all__ = ["log_sigmoid"]
 NN_EXPORTS: tuple[str, ...] = (
     "relu6", "elu", "selu", "leaky_relu", "softplus", "softsign", "swish", "log_sigmoid",
-    "l2_loss", "xw_plus_b",
+    "l2_loss", "xw_plus_b", "relu_layer", "crelu", "zero_fraction",
 )
 
 # TF's Selu constants (from "Self-Normalizing Neural Networks").
@@ -252,3 +252,37 @@ def xw_plus_b(x: Any, weights: Any, biases: Any, name: str | None = None) -> Ten
         if w.shape.ndims is not None and w.shape.ndims != 2:
             raise CkptsyncValueError(f"xw_plus_b: weights must be 2-D, got shape {w.shape}.")
         return bias_add(matmul(x, w), b, name=scope)
+
+
+def relu_layer(x: Any, weights: Any, biases: Any, name: str | None = None) -> Tensor:
+    """``relu(matmul(x, weights) + biases)``, as ``tf.nn.relu_layer`` (the output op is
+    ``relu_layer``): ``[batch, in]``, ``[in, out]``, ``[out]`` -> ``[batch, out]``.
+
+    Raises:
+        ValueError / TypeError: as :func:`xw_plus_b`.
+    """
+    with name_scope(name, "relu_layer", [x, weights, biases]) as scope:
+        x = convert_to_tensor(x)
+        w = convert_to_tensor(weights, dtype=x.dtype)
+        b = convert_to_tensor(biases, dtype=x.dtype)
+        return relu(bias_add(matmul(x, w), b), name=scope)
+
+
+def crelu(features: Any, name: str | None = None, axis: int = -1) -> Tensor:
+    """``relu(concat([x, -x], axis))``, as ``tf.nn.crelu``: ``axis`` doubles in size.
+
+    Raises:
+        ValueError: an axis out of range (from ``concat``).
+    """
+    with name_scope(name, "CRelu", [features]) as scope:
+        t = convert_to_tensor(features, name="features")
+        return relu(concat([t, negative(t)], axis, name=scope))
+
+
+def zero_fraction(value: Any, name: str | None = None) -> Tensor:
+    """The fraction of zeros in ``value``, a float32 scalar (NaN when empty), as
+    ``tf.nn.zero_fraction`` (the output op is ``zero_fraction/fraction``)."""
+    with name_scope(name, "zero_fraction", [value]):
+        t = convert_to_tensor(value, name="value")
+        zeros = cast(equal(t, zeros_like(t)), _dtypes.float32)
+        return identity(reduce_mean(zeros), name="fraction")

@@ -15,7 +15,7 @@ import numpy as np
 from .. import dtypes as _dtypes
 from ..errors import CkptsyncTypeError, CkptsyncValueError, InvalidArgumentError
 from ..graph import Tensor
-from .array_ops import convert_to_tensor, stop_gradient
+from .array_ops import convert_to_tensor, stop_gradient, transpose
 from .math_ops import exp, multiply, negative, reduce_sum, subtract, unary
 from .registry import register, single
 
@@ -102,14 +102,47 @@ register("Softmax", grad=_grad_softmax)(_softmax_np)
 register("LogSoftmax", grad=_grad_log_softmax)(_log_softmax_np)
 
 
-def softmax(logits: Any, name: str | None = None) -> Tensor:
-    """Softmax over the last axis, as ``tf.nn.softmax``."""
-    return unary("Softmax", logits, name, float_only=True)
+def _on_axis(op_type: str, logits: Any, axis: Any, dim: Any, name: str | None) -> Tensor:
+    # As TF: another axis is swapped with the last one around the op.
+    if axis is not None and dim is not None:
+        raise CkptsyncValueError(f"{op_type}: cannot specify both 'axis' and 'dim'.")
+    axis = dim if axis is None else axis
+    t = convert_to_tensor(logits)
+    rank = t.shape.ndims
+    if axis is None or axis == -1 or (rank is not None and axis == rank - 1):
+        return unary(op_type, t, name, float_only=True)
+    if rank is None:
+        raise CkptsyncValueError(f"{op_type}: axis={axis} needs logits of known rank.")
+    if not -rank <= axis < rank:
+        raise CkptsyncValueError(f"{op_type}: axis {axis} is out of range for logits of shape "
+                                 f"{t.shape}.")
+    perm = list(range(rank))
+    perm[axis % rank], perm[-1] = perm[-1], perm[axis % rank]
+    inner = unary(op_type, transpose(t, perm), None, float_only=True)
+    return transpose(inner, perm, name=name or "transpose")
 
 
-def log_softmax(logits: Any, name: str | None = None) -> Tensor:
-    """Log-softmax over the last axis, as ``tf.nn.log_softmax``."""
-    return unary("LogSoftmax", logits, name, float_only=True)
+def softmax(logits: Any, axis: Any = None, name: str | None = None, dim: Any = None) -> Tensor:
+    """``exp(x) / sum(exp(x), axis)`` (the last axis by default; ``dim`` is TF1's
+    spelling), as ``tf.nn.softmax``; float dtypes, the shape of ``logits``.
+
+    Raises:
+        ValueError: both ``axis`` and ``dim``, or an axis out of range.
+        TypeError: non-float logits.
+    """
+    return _on_axis("Softmax", logits, axis, dim, name)
+
+
+def log_softmax(logits: Any, axis: Any = None, name: str | None = None,
+                dim: Any = None) -> Tensor:
+    """``x - log(sum(exp(x), axis))`` (the last axis by default), as
+    ``tf.nn.log_softmax``; float dtypes, the shape of ``logits``.
+
+    Raises:
+        ValueError: both ``axis`` and ``dim``, or an axis out of range.
+        TypeError: non-float logits.
+    """
+    return _on_axis("LogSoftmax", logits, axis, dim, name)
 
 
 # --------------------------------------------------------------------- bias_add
@@ -126,13 +159,21 @@ def _bias_add_grad_kernel(g: np.ndarray, out: np.ndarray | None = None) -> np.nd
     return g.reshape(-1, g.shape[-1]).sum(axis=0, out=out)
 
 
-def bias_add(value: Any, bias: Any, name: str | None = None) -> Tensor:
-    """``value + bias`` where ``bias`` is ``[C]`` and ``value`` is ``[..., C]``.
+def bias_add(value: Any, bias: Any, data_format: str | None = None,
+             name: str | None = None) -> Tensor:
+    """``value + bias`` where ``bias`` is ``[C]`` and ``value`` is ``[..., C]``, as
+    ``tf.nn.bias_add``; ``data_format="NCHW"`` (``NC...``) adds along axis 1 instead.
 
     Raises:
-        ValueError: ``bias`` is not rank 1 or its size differs from the last dim of
-            ``value``.
+        ValueError: ``bias`` is not rank 1 or its size differs from the channel dim of
+            ``value``; a ``data_format`` other than ``N...C`` / ``NC...``.
     """
+    if data_format is not None and data_format.startswith("NC"):
+        return _bias_add_nc(value, bias, name)
+    if data_format is not None and not (data_format.startswith("N")
+                                        and data_format.endswith("C")):
+        raise CkptsyncValueError(f"BiasAdd: data_format must be NHWC or NCHW (or N...C / "
+                                 f"NC...), got {data_format!r}.")
     x = convert_to_tensor(value)
     b = convert_to_tensor(bias, dtype=x.dtype)
     if b.shape.ndims is not None and b.shape.ndims != 1:
@@ -144,6 +185,18 @@ def bias_add(value: Any, bias: Any, name: str | None = None) -> Tensor:
         raise CkptsyncValueError(
             f"BiasAdd: the last dimension of value {x.shape} must equal the size of bias {b.shape}.")
     return single("BiasAdd", [x, b], x.dtype, x.shape, name=name)
+
+
+def _bias_add_nc(value: Any, bias: Any, name: str | None) -> Tensor:
+    # NC...: the channels on axis 1, as [N, H, W, C] -> [N, C, H, W] around an NHWC add.
+    x = convert_to_tensor(value)
+    rank = x.shape.ndims
+    if rank is None or rank < 2:
+        raise CkptsyncValueError(f"BiasAdd: NCHW value must have a known rank >= 2, got shape "
+                                 f"{x.shape}.")
+    to_last = [0, *range(2, rank), 1]
+    back = [0, rank - 1, *range(1, rank - 1)]
+    return transpose(bias_add(transpose(x, to_last), bias), back, name=name or "BiasAdd")
 
 
 # --------------------------------------------------------------------- cross-entropy
