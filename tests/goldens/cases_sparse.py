@@ -272,3 +272,14 @@ def embedding_lookup_int64_ids_3d_table(tf):
 @case
 def embedding_lookup_empty_params_list_raises(tf):
     return {"feeds": {}, "fetch": {"out": tf.nn.embedding_lookup([], tf.constant([0]))}}
+
+
+@case
+def scatter_mul_div_min_max(tf):
+    w = tf.Variable(rand(90, 4, 2, low=0.5, high=2.0), name="w")
+    ops = [tf.scatter_mul(w, [1, 3, 1], rand(91, 3, 2, low=0.5, high=1.5)),
+           tf.scatter_div(w, [0, 0], rand(92, 2, 2, low=0.5, high=1.5)),
+           tf.scatter_min(w, [2, 1], rand(93, 2, 2, low=0.5, high=2.0)),
+           tf.scatter_max(w, [3, 3, 0], rand(94, 3, 2, low=0.5, high=2.0))]
+    return {"feeds": {}, "init": True, "before": [(op, 1) for op in ops[:3]],
+            "fetch": {"w": ops[3]}, "names": [op.op.name for op in ops]}

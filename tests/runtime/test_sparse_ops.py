@@ -287,3 +287,22 @@ def test_repeated_indices_add_up(repeats):
         dense = cs.convert_to_tensor(cs.IndexedSlices(cs.constant(rows), cs.constant(idx),
                                                       cs.constant([8, 3])))
         np.testing.assert_allclose(sess.run(dense), want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("how", ["mul", "div", "min", "max"])
+@pytest.mark.parametrize("repeats", [2, 20])
+def test_scatter_mul_div_min_max(how, repeats):
+    idx = np.array([3, 0] * repeats + [1], np.int32)
+    upd = RNG.uniform(0.9, 1.1, (idx.size, 2))
+    init = RNG.uniform(1.0, 2.0, (4, 2))
+    want = init.copy()
+    {"mul": np.multiply, "div": np.divide, "min": np.minimum, "max": np.maximum}[how].at(
+        want, idx, upd)
+    g = cs.Graph()
+    with g.as_default():
+        w = cs.Variable(init)
+        out = getattr(cs, f"scatter_{how}")(w, idx, upd)
+        assert out.op.type == "Scatter" + how.capitalize()
+        sess = cs.Session()
+        sess.run(cs.global_variables_initializer())
+        np.testing.assert_allclose(sess.run(out), want, rtol=1e-12)

@@ -118,7 +118,7 @@ def test_partitioned_embedding_lookup_matches_one_table(case):
 
 @SETTINGS
 @given(st.sampled_from(DTYPES), st.integers(1, 6), st.integers(0, 5),
-       st.sampled_from(["update", "add", "sub"]), st.integers(0, 2**16))
+       st.sampled_from(["update", "add", "sub", "mul", "min", "max"]), st.integers(0, 2**16))
 def test_scatter_matches_numpy(dt, rows, n, how, seed):
     rng = np.random.default_rng(seed)
     init = (rng.normal(size=(rows, 2)) * 5).astype(dt[1])
@@ -127,7 +127,7 @@ def test_scatter_matches_numpy(dt, rows, n, how, seed):
     g = cs.Graph()
     with g.as_default():
         w = cs.Variable(init)
-        op = {"update": cs.scatter_update, "add": cs.scatter_add, "sub": cs.scatter_sub}[how]
+        op = getattr(cs, f"scatter_{how}")
         ih = cs.placeholder(cs.int32, [None])
         uh = cs.placeholder(dt[0], [None, 2])
         out = op(w, ih, uh)
@@ -139,7 +139,9 @@ def test_scatter_matches_numpy(dt, rows, n, how, seed):
         if how == "update":
             want[idx] = upd
         else:
-            (np.add if how == "add" else np.subtract).at(want, idx, upd)
+            ufunc = {"add": np.add, "sub": np.subtract, "mul": np.multiply,
+                     "min": np.minimum, "max": np.maximum}[how]
+            ufunc.at(want, idx, upd)
         np.testing.assert_array_equal(got, want)
         np.testing.assert_array_equal(sess.run(w), want)
         np.testing.assert_array_equal(before, init)  # a held fetch is never written

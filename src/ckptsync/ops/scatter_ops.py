@@ -1,5 +1,6 @@
-"""Row updates of variables (``scatter_update``, ``scatter_add``, ``scatter_sub``, as TF1's
-``tf.scatter_*`` ref ops) and the kernels behind ``IndexedSlices``: their conversion to a
+"""Row updates of variables (``scatter_update``, ``scatter_add``, ``scatter_sub``,
+``scatter_mul``, ``scatter_div``, ``scatter_min``, ``scatter_max``, as TF1's ``tf.scatter_*``
+ref ops) and the kernels behind ``IndexedSlices``: their conversion to a
 dense tensor and the summing of duplicate indices an optimizer's ``_apply_sparse`` needs.
 
 A scatter writes only the rows it names: O(rows x row size), never a copy of the whole
@@ -27,7 +28,8 @@ from ..tensor_shape import TensorShape
 from .array_ops import convert_to_tensor
 from .registry import make_op, register, single
 
-__all__ = ["scatter_update", "scatter_add", "scatter_sub"]
+__all__ = ["scatter_update", "scatter_add", "scatter_sub", "scatter_mul", "scatter_div",
+           "scatter_min", "scatter_max"]
 NN_EXPORTS: tuple[str, ...] = ()
 
 #: From this many elements a conversion of IndexedSlices to dense warns (TF1's number).
@@ -90,24 +92,28 @@ def sum_rows(values: np.ndarray, flat_idx: np.ndarray) -> tuple[np.ndarray, np.n
     return uniq, sums
 
 
-def _add_rows(arr: np.ndarray, flat: np.ndarray, rows: np.ndarray, sign: int) -> None:
-    """``arr[flat[k]] += sign * rows[k]`` in place, one row after the other as TF's
-    ScatterAdd/ScatterSub (rows of one index in the order given)."""
+# how -> (the in-place update, how the rows of one index combine first where there are
+# more than _MAX_ROUNDS of them: a ufunc's reduceat, then the update with the result).
+_UPDATES: dict[str, tuple[Any, Any]] = {
+    "add": (np.add, np.add), "sub": (np.subtract, np.add),
+    "mul": (np.multiply, np.multiply), "div": (np.divide, np.multiply),
+    "min": (np.minimum, np.minimum), "max": (np.maximum, np.maximum),
+}
+
+
+def _update_rows(arr: np.ndarray, flat: np.ndarray, rows: np.ndarray, how: str) -> None:
+    """``arr[flat[k]] = update(arr[flat[k]], rows[k])`` in place, one row after the other
+    as TF's Scatter{Add,Sub,Mul,Div,Min,Max} (rows of one index in the order given)."""
+    update, combine = _UPDATES[how]
     order, starts, seg, rounds = _rounds(flat)
     if not rounds:
-        sums = np.add.reduceat(rows[order], starts, axis=0)
         target = flat[order[starts]]
-        if sign > 0:
-            arr[target] += sums
-        else:
-            arr[target] -= sums
+        arr[target] = update(arr[target], combine.reduceat(rows[order], starts, axis=0))
         return
     for pos in rounds:
         sel = order[pos]
-        if sign > 0:
-            arr[flat[sel]] += rows[sel]
-        else:
-            arr[flat[sel]] -= rows[sel]
+        target = flat[sel]
+        arr[target] = update(arr[target], rows[sel])
 
 
 # --------------------------------------------------------------------- scatter kernels
@@ -139,7 +145,7 @@ def _scatter(ctx: Any, op: Operation, updates: np.ndarray, indices: np.ndarray,
     elif idx.size:
         flat = idx.reshape(-1)
         rows = np.broadcast_to(upd, want).reshape((flat.size,) + arr.shape[1:])
-        _add_rows(arr, flat, rows, 1 if how == "add" else -1)
+        _update_rows(arr, flat, rows, how)
     ctx.write(name, arr)
     return arr
 
@@ -160,6 +166,19 @@ def _scatter_add_kernel(ctx: Any, op: Operation, _ref: None, indices: np.ndarray
 def _scatter_sub_kernel(ctx: Any, op: Operation, _ref: None, indices: np.ndarray,
                         updates: np.ndarray) -> np.ndarray:
     return _scatter(ctx, op, updates, indices, "sub")
+
+
+def _register_scatter(op_type: str, how: str) -> None:
+    def kernel(ctx: Any, op: Operation, _ref: None, indices: np.ndarray,
+               updates: np.ndarray) -> np.ndarray:
+        return _scatter(ctx, op, updates, indices, how)
+
+    register(op_type, kind="stateful", ref_inputs=(0,), not_differentiable=True)(kernel)
+
+
+for _type, _how in (("ScatterMul", "mul"), ("ScatterDiv", "div"), ("ScatterMin", "min"),
+                    ("ScatterMax", "max")):
+    _register_scatter(_type, _how)
 
 
 def _scatter_op(op_type: str, ref: Any, indices: Any, updates: Any, name: str | None) -> Tensor:
@@ -216,6 +235,35 @@ def scatter_sub(ref: Any, indices: Any, updates: Any, use_locking: Any = False,
     """Subtracts ``updates[i]`` from rows ``ref[indices[i]]`` (repeated indices add up),
     as TF1's ``tf.scatter_sub``; arguments and errors as :func:`scatter_update`."""
     return _scatter_op("ScatterSub", ref, indices, updates, name)
+
+
+def scatter_mul(ref: Any, indices: Any, updates: Any, use_locking: Any = False,
+                name: str | None = None) -> Tensor:
+    """Multiplies rows ``ref[indices[i]]`` by ``updates[i]``, as TF1's ``tf.scatter_mul``;
+    arguments and errors as :func:`scatter_update`."""
+    return _scatter_op("ScatterMul", ref, indices, updates, name)
+
+
+def scatter_div(ref: Any, indices: Any, updates: Any, use_locking: Any = False,
+                name: str | None = None) -> Tensor:
+    """Divides rows ``ref[indices[i]]`` by ``updates[i]``, as TF1's ``tf.scatter_div``
+    (integers: numpy's true division cast back, where TF truncates); arguments and errors
+    as :func:`scatter_update`."""
+    return _scatter_op("ScatterDiv", ref, indices, updates, name)
+
+
+def scatter_min(ref: Any, indices: Any, updates: Any, use_locking: Any = False,
+                name: str | None = None) -> Tensor:
+    """``ref[indices[i]] = minimum(ref[indices[i]], updates[i])``, as TF1's
+    ``tf.scatter_min``; arguments and errors as :func:`scatter_update`."""
+    return _scatter_op("ScatterMin", ref, indices, updates, name)
+
+
+def scatter_max(ref: Any, indices: Any, updates: Any, use_locking: Any = False,
+                name: str | None = None) -> Tensor:
+    """``ref[indices[i]] = maximum(ref[indices[i]], updates[i])``, as TF1's
+    ``tf.scatter_max``; arguments and errors as :func:`scatter_update`."""
+    return _scatter_op("ScatterMax", ref, indices, updates, name)
 
 
 # --------------------------------------------------------------------- IndexedSlices -> dense
