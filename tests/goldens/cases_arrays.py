@@ -336,3 +336,19 @@ def index_int64_tensors(tf):
     w = x[:, ::-1][:, t]
     return {"feeds": {x: rand(38, 3, 4), t: np.int64(1)}, "fetch": {"y": y, "z": z, "w": w},
             "grads": ("z", [x])}
+
+
+@case
+def model_patterns(tf):
+    x = tf.placeholder(tf.float32, [None, 8, 4], name="x")
+    h = tf.reshape(x, [-1, x.shape[1].value * x.shape[2].value])
+    i, j, f, o = tf.split(value=h, num_or_size_splits=4, axis=1)
+    seq = tf.stack([tf.concat([s, s * 2.0], axis=1) for s in tf.unstack(x, axis=1)], axis=1)
+    w = tf.constant(rand(39, 4, 3))
+    y = tf.reshape(tf.matmul(tf.reshape(x, [-1, 4]), w),
+                   tf.concat([tf.shape(x)[:-1], [3]], 0))
+    b = tf.shape(x, "batch_shape")
+    out = tf.reduce_sum(seq[:, -1, :]) + tf.reduce_sum(y * y) + tf.reduce_sum(i * o)
+    return {"feeds": {x: rand(40, 2, 8, 4)},
+            "fetch": {"out": out, "y": y, "seq": seq, "j": j, "b": b},
+            "grads": ("out", [x]), "names": [b.op.name, i.op.name]}

@@ -411,9 +411,10 @@ def _shape_kernel(x: np.ndarray, *, out_type: Any) -> np.ndarray:
     return np.asarray(x.shape, dtype=out_type.np)
 
 
-def shape(x: Any, out_type: Any = _dtypes.int32, name: str | None = None) -> Tensor:
+def shape(x: Any, name: str | None = None, out_type: Any = _dtypes.int32) -> Tensor:
     """The runtime shape as a 1-D integer tensor, as ``tf.shape`` (a constant when the
-    static shape is fully known, as TF1's graph mode)."""
+    static shape is fully known, as TF1's graph mode). Argument order as TF1's
+    ``tf.compat.v1.shape(input, name, out_type)``."""
     t = convert_to_tensor(x)
     dt = _dtypes.as_dtype(out_type)
     if t.shape.is_fully_defined():  # TF1's optimize=True: a constant
