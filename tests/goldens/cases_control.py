@@ -302,3 +302,21 @@ def cond_variable_made_in_branch(tf):
     w = [v for v in tf.global_variables() if "w_in_branch" in v.name][0]
     return {"feeds": {p: np.array(True), x: rand(17, 2, 3)}, "init": True,
             "fetch": {"out": out}, "grads": ("out", [w, x]), "names": [w.name]}
+
+
+def _op_branches(tf: Any, taken: bool) -> dict:
+    p = tf.placeholder(tf.bool, [], name="p")
+    v = tf.Variable(1.0, name="v")
+    out = tf.cond(p, lambda: tf.assign(v, 3.0).op, lambda: tf.no_op())
+    return {"feeds": {p: np.array(taken)}, "init": True, "before": [(out, 1)],
+            "fetch": {"out": out, "v": tf.identity(v)}}
+
+
+@case
+def cond_branches_returning_ops_taken(tf):
+    return _op_branches(tf, True)
+
+
+@case
+def cond_branches_returning_ops_untaken(tf):
+    return _op_branches(tf, False)

@@ -378,3 +378,26 @@ def test_gradients_reach_variables_read_by_reference_and_made_in_a_branch():
             np.testing.assert_allclose(sess.run(g_loop, {n: 3}), 3 * rows)
             np.testing.assert_allclose(sess.run(g_made, {p: True}), [2, 2, 2])
             assert sess.run(made, {p: True}) == 6.0
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(taken=st.booleans(), dims=st.lists(st.integers(0, 3), min_size=0, max_size=3),
+       dtype=st.sampled_from([np.float32, np.float64, np.int32]), known=st.booleans())
+def test_cond_matches_numpy(taken, dims, dtype, known):
+    g = cs.Graph()
+    with g.as_default():
+        p = cs.placeholder(cs.bool, [])
+        x = cs.placeholder(cs.as_dtype(dtype), dims if known else [None] * len(dims))
+        out = cs.cond(p, lambda: x * 2 + 1, lambda: x - 3)
+        assert out.shape.as_list() == (dims if known else [None] * len(dims))
+        value = (np.arange(int(np.prod(dims))).reshape(dims) % 7).astype(dtype)
+        with cs.Session() as sess:
+            got = sess.run(out, {p: taken, x: value})
+            grads = cs.gradients(cs.reduce_sum(out), x) if dtype != np.int32 else [None]
+            if grads[0] is not None:
+                gx = sess.run(grads[0], {p: taken, x: value})
+                np.testing.assert_allclose(gx, np.full(dims, 2.0 if taken else 1.0))
+                assert gx.shape == tuple(dims)
+    want = value * 2 + 1 if taken else value - 3
+    np.testing.assert_array_equal(got, want)
+    assert got.dtype == dtype
