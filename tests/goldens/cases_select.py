@@ -590,3 +590,15 @@ def unique_nans_are_distinct(tf):
     y, idx = tf.unique(x)
     return {"feeds": {x: np.array([np.nan, 1.0, np.nan, 1.0], np.float32)},
             "fetch": {"y": y, "idx": idx}}
+
+
+@case
+def names_inside_a_scope(tf):
+    x = tf.placeholder(tf.float32, [2], name="x")
+    with tf.name_scope("foo"):
+        outs = {"r": tf.range(5, name=None), "m": tf.boolean_mask(x, [True, False]),
+                "h": tf.one_hot([1], 2), "w": tf.where([True]), "s": tf.sequence_mask([1], 2),
+                "g": tf.gather_nd(x, [[1]]), "u": tf.unique([1]).y,
+                "st": tf.dynamic_stitch([[0]], [[1.0]]), "ss": tf.segment_sum(x, [0, 0])}
+    return {"feeds": {x: rand(37, 2)}, "fetch": outs,
+            "names": [t.op.name for _, t in sorted(outs.items())]}

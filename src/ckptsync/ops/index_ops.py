@@ -86,7 +86,7 @@ def range(start: Any, limit: Any = None, delta: Any = 1, dtype: Any = None,  # n
     if limit is None:
         start, limit = 0, start
     dt = None if dtype is None else _dtypes.as_dtype(dtype)
-    with _graph_of(start, limit, delta).name_scope(name) as scope:
+    with _graph_of(start, limit, delta).name_scope(name or "Range") as scope:
         args = [convert_to_tensor(v, dtype=None if isinstance(v, Tensor) else dt, name=n)
                 for v, n in ((start, "start"), (limit, "limit"), (delta, "delta"))]
         for a in args:

@@ -382,7 +382,7 @@ def boolean_mask(tensor: Any, mask: Any, name: str = "boolean_mask", axis: Any =
         InvalidArgumentError (at run time): the fed shapes do not fit.
     """
     graph = tensor.graph if isinstance(tensor, Tensor) else get_default_graph()
-    with graph.name_scope(name):
+    with graph.name_scope(name or "boolean_mask"):
         t = convert_to_tensor(tensor, name="tensor")
         m = convert_to_tensor(mask, name="mask")
         k = m.shape.ndims
