@@ -30,6 +30,12 @@ class Dimension(int):
     def __repr__(self) -> str:
         return f"Dimension({int(self)})"
 
+    def __str__(self) -> str:  # "3", as TF (int's str would use the repr above)
+        return int.__repr__(self)
+
+    def __format__(self, spec: str) -> str:
+        return format(int(self), spec)
+
 
 def dimension_value(d: Any) -> int | None:
     """The int (or None) of a dimension, as ``tf.compat.dimension_value``."""

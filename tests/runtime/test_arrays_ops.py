@@ -326,3 +326,16 @@ def test_manipulations_match_numpy(spec):
         assert _compatible(tensors[k].shape.as_list(), w.shape), (k, tensors[k].shape)
         if not unknown and k not in ("bcast",):
             assert tensors[k].shape.as_list() == list(w.shape), k
+
+
+def test_dimensions_print_as_ints_and_carry_value():
+    shape = cs.TensorShape([None, 3])
+    d = shape[1]
+    assert (d.value, str(d), f"{d}", repr(d), d + 1) == (3, "3", "3", "Dimension(3)", 4)
+    assert shape[0] is None and cs.dimension_value(shape[0]) is None
+    assert [cs.dimension_value(x) for x in shape] == [None, 3]
+    assert shape.concatenate([2]).as_list() == [None, 3, 2]
+    assert cs.TensorShape(None).with_rank(2).as_list() == [None, None]
+    with pytest.raises(ValueError):
+        shape.with_rank(3)
+    assert shape.most_specific_compatible_shape([4, 3]).as_list() == [None, 3]
