@@ -54,6 +54,7 @@ from .graph import (  # noqa: F401
     name_scope,
     reset_default_graph,
 )
+from .indexed_slices import IndexedSlices, IndexedSlicesValue  # noqa: F401
 from .initializers import (  # noqa: F401
     constant_initializer,
     glorot_normal_initializer,
@@ -66,7 +67,6 @@ from .initializers import (  # noqa: F401
     variance_scaling_initializer,
     zeros_initializer,
 )
-from .indexed_slices import IndexedSlices, IndexedSlicesValue  # noqa: F401
 from .model_spec import ModeKeys, ModelSpec  # noqa: F401
 from .ops.array_ops import (  # noqa: F401
     concat,
@@ -86,6 +86,14 @@ from .ops.array_ops import (  # noqa: F401
     zeros,
     zeros_like,
 )
+from .ops.clip_ops import *  # noqa: F401,F403
+from .ops.control_flow_ops import *  # noqa: F401,F403
+from .ops.conv_ops import *  # noqa: F401,F403
+from .ops.elementwise_ops import *  # noqa: F401,F403
+from .ops.embedding_ops import *  # noqa: F401,F403
+from .ops.index_ops import *  # noqa: F401,F403
+from .ops.linalg_ops import *  # noqa: F401,F403
+from .ops.manip_ops import *  # noqa: F401,F403
 from .ops.math_ops import (  # noqa: F401
     abs,
     add,
@@ -116,31 +124,23 @@ from .ops.math_ops import (  # noqa: F401
     square,
     subtract,
 )
-from .ops.nn_ops import sigmoid, tanh  # noqa: F401
-from .ops.reduction_ops import *  # noqa: F401,F403
-from .ops.elementwise_ops import *  # noqa: F401,F403
-from .ops.linalg_ops import *  # noqa: F401,F403
-from .ops.clip_ops import *  # noqa: F401,F403
-from .ops.slicing_ops import *  # noqa: F401,F403
-from .ops.manip_ops import *  # noqa: F401,F403
-from .ops.selection_ops import *  # noqa: F401,F403
-from .ops.segment_ops import *  # noqa: F401,F403
-from .ops.index_ops import *  # noqa: F401,F403
-from .ops.embedding_ops import *  # noqa: F401,F403
-from .ops.scatter_ops import *  # noqa: F401,F403
-from .ops.conv_ops import *  # noqa: F401,F403
-from .ops.nn_impl import *  # noqa: F401,F403
-from .ops.nn_norm import *  # noqa: F401,F403
-from .ops.nn_losses import *  # noqa: F401,F403
-from .ops.nn_topk import *  # noqa: F401,F403
 from .ops.nn_dropout import *  # noqa: F401,F403
-from .ops.control_flow_ops import *  # noqa: F401,F403
+from .ops.nn_impl import *  # noqa: F401,F403
+from .ops.nn_losses import *  # noqa: F401,F403
+from .ops.nn_norm import *  # noqa: F401,F403
+from .ops.nn_ops import sigmoid, tanh  # noqa: F401
+from .ops.nn_topk import *  # noqa: F401,F403
 from .ops.random_ops import (  # noqa: F401
     random_normal,
     random_uniform,
     set_random_seed,
     truncated_normal,
 )
+from .ops.reduction_ops import *  # noqa: F401,F403
+from .ops.scatter_ops import *  # noqa: F401,F403
+from .ops.segment_ops import *  # noqa: F401,F403
+from .ops.selection_ops import *  # noqa: F401,F403
+from .ops.slicing_ops import *  # noqa: F401,F403
 from .ops.state_ops import assign, assign_add, assign_sub, group, no_op  # noqa: F401
 from .session import (  # noqa: F401
     ConfigProto,

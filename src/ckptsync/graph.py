@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 from . import dtypes as _dtypes
 from .device import DeviceSpec, canonical_device
 from .errors import CkptsyncRuntimeError, CkptsyncTypeError, CkptsyncValueError
-from .tensor import Operation, Tensor
 from .graph_keys import GraphKeys  # noqa: F401  (re-exported: ckptsync.graph.GraphKeys)
+from .tensor import Operation, Tensor
 
 if TYPE_CHECKING:  # typing only: the session package is built on this module
     from .session import Session

@@ -1,5 +1,6 @@
 """``cs.nn``: neural-network ops, as ``tf.nn``."""
 
+from .ops import MODULES as _OP_MODULES
 from .ops.nn_ops import (  # noqa: F401
     bias_add,
     log_softmax,
@@ -11,8 +12,6 @@ from .ops.nn_ops import (  # noqa: F401
     sparse_softmax_cross_entropy_with_logits,
     tanh,
 )
-
-from .ops import MODULES as _OP_MODULES
 
 __all__ = [
     "bias_add", "log_softmax", "relu", "sigmoid", "softmax", "softmax_cross_entropy_with_logits",

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ckptsync.cli.main import main
 from click.testing import CliRunner
 
 from ckptsync import checkpoint as ckpt
 from ckptsync.checkpoint.state import NotRegularFileError, read_checkpoint_state
+from ckptsync.cli.main import main
 from ckptsync.errors import CkptsyncValueError
 from ckptsync.serving.source import CheckpointSource
 from tests.helpers import publish_outside

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ckptsync.cli.main import main
 from click.testing import CliRunner
 
 from ckptsync.checkpoint import update_checkpoint_state, write_checkpoint
+from ckptsync.cli.main import main
 
 
 @pytest.fixture

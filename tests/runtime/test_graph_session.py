@@ -189,7 +189,7 @@ def test_seeded_initial_values_are_reproducible():
 
 def test_make_callable_runs_as_run_with_feeds_by_position() -> None:
     import ckptsync as cs
-    from ckptsync.errors import CkptsyncRuntimeError, CkptsyncTypeError, InvalidArgumentError
+    from ckptsync.errors import CkptsyncRuntimeError, CkptsyncTypeError
 
     g = cs.Graph()
     with g.as_default():

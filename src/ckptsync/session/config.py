@@ -133,7 +133,7 @@ def apply_config(config: Any) -> None:
     if config is not None and not isinstance(config, ConfigProto):
         raise CkptsyncTypeError(
             f"Session config must be a ConfigProto, got {type(config).__name__}.")
-    n = config.intra_op_parallelism_threads if config is not None else 0
+    n = int(getattr(config, "intra_op_parallelism_threads", 0))
     if n == 0 and _default_applied:
         return
     from threadpoolctl import threadpool_info, threadpool_limits  # only a session needs it

@@ -6,10 +6,10 @@ tensors, operations, variables or their names, as TF1's ``_FetchMapper``.
 
 from __future__ import annotations
 
-import numpy as np
-
 from collections.abc import Mapping
 from typing import Any
+
+import numpy as np
 
 from ..errors import CkptsyncTypeError
 from ..graph import Graph, Operation, Tensor

@@ -193,7 +193,8 @@ class CheckpointReadProcess:
             # A fresh worker first says it is ready (its imports done): start-up gets the
             # grace, the read itself only ``timeout_s``.
             ready = pid == self._ready_pid or self._await_ready(worker, sock)
-            reply, fds = None, []
+            reply: dict[str, Any] | None = None
+            fds: list[int] = []
             if ready:
                 send_frame(sock, b"R", {"prefix": os.fspath(prefix), "names": list(names)})
                 worker.await_answer(self._timeout_s, f"reading {prefix}.h5")  # else killed
