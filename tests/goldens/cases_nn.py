@@ -521,3 +521,14 @@ def zero_fraction(tf):
     x = tf.placeholder(tf.float32, [None, 4], name="x")
     out = tf.nn.zero_fraction(tf.nn.relu(x))
     return {"feeds": {x: rand(218, 5, 4)}, "fetch": {"out": out}, "names": [out.op.name]}
+
+
+@case
+def activations_second_order(tf):
+    x = tf.placeholder(tf.float32, [None, 5], name="x")
+    c = tf.placeholder(tf.float32, [None, 5], name="c")
+    acts = [tf.nn.elu, tf.nn.selu, tf.nn.softplus, tf.nn.leaky_relu,
+            tf.nn.relu6]
+    g = tf.add_n([tf.gradients(f(x), [x], grad_ys=c)[0] for f in acts])
+    xv = np.array([[-2.0, -0.5, 0.25, 0.7, 1.5], [-1.1, 0.3, 2.5, -0.2, 0.9]], np.float32)
+    return {"feeds": {x: xv, c: rand(219, 2, 5)}, "fetch": {"g": g}, "grads": ("g", [x, c])}

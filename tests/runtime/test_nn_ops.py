@@ -69,6 +69,13 @@ GRAD_CASES = {
     "crelu": (lambda a: cs.nn.crelu(a), [(_apart, (2, 3))]),
     "relu_layer": (lambda x, w, b: cs.nn.relu_layer(x, w, b),
                    [(_any, (2, 3)), (_any, (3, 4)), (_any, (4,))]),
+    # second order (gradient penalties): the <Type>Grad ops' own gradients
+    **{f"{name}_second_order": (
+        lambda a, c, f=f: cs.gradients(f(a), [a], grad_ys=c)[0],
+        [(_apart, (2, 3)), (_any, (2, 3))])
+       for name, f in [("relu6", lambda a: cs.nn.relu6(a * 3.0)), ("elu", cs.nn.elu),
+                       ("selu", cs.nn.selu), ("softplus", cs.nn.softplus),
+                       ("leaky_relu", lambda a: cs.nn.leaky_relu(a, 0.3))]},
     # float32 inside (FusedBatchNormV3 takes no float64, as TF): its gradient is checked in
     # float64 on the kernels below.
     "fused_batch_norm": (lambda x: cs.nn.fused_batch_norm(

@@ -18,9 +18,21 @@ from .. import dtypes as _dtypes
 from ..errors import CkptsyncTypeError, CkptsyncValueError
 from ..graph import Tensor, name_scope
 from .array_ops import concat, convert_to_tensor, identity, zeros_like
-from .math_ops import cast, equal, matmul, maximum, multiply, negative, reduce_mean, unary
+from .math_ops import (
+    cast,
+    equal,
+    less,
+    matmul,
+    maximum,
+    multiply,
+    negative,
+    reduce_mean,
+    subtract,
+    unary,
+)
 from .nn_ops import bias_add, relu, sigmoid
 from .registry import register, single
+from .selection_ops import where
 
 __all__ = ["log_sigmoid"]
 NN_EXPORTS: tuple[str, ...] = (
@@ -37,13 +49,32 @@ def _grad_op(op_type: str, g: Tensor, t: Tensor, attrs: dict[str, Any] | None = 
     return single(op_type, [g, t], g.dtype, g.shape, attrs=attrs)
 
 
+# Second order, as TF: a <Type>Grad op is linear in its incoming gradient.
+def _grad_of_grad_linear(op: Any, gg: Tensor) -> list[Any]:
+    g, t = op.inputs
+    return [_grad_op(op.type, gg, t, dict(op.attrs) or None), zeros_like(t)]
+
+
+def _grad_of_exp_grad(op: Any, gg: Tensor) -> list[Any]:
+    # EluGrad / SeluGrad(g, y): d/dg as the op; d/dy = gg * g where y < 0 (TF's).
+    g, y = op.inputs
+    neg = less(y, zeros_like(y))
+    return [_grad_op(op.type, gg, y), where(neg, multiply(gg, g), zeros_like(y))]
+
+
+def _grad_of_softplus_grad(op: Any, gg: Tensor) -> list[Any]:
+    g, x = op.inputs
+    s = sigmoid(x)
+    return [multiply(gg, s), multiply(multiply(gg, g), multiply(s, subtract(1.0, s)))]
+
+
 # --------------------------------------------------------------------- relu6
 @register("Relu6", grad=lambda op, g: [_grad_op("Relu6Grad", g, op.inputs[0])])
 def _relu6_kernel(x: np.ndarray) -> np.ndarray:
     return np.clip(x, np.zeros((), x.dtype), np.asarray(6, x.dtype))
 
 
-@register("Relu6Grad")
+@register("Relu6Grad", grad=_grad_of_grad_linear)
 def _relu6_grad_kernel(g: np.ndarray, x: np.ndarray) -> np.ndarray:
     return g * ((x > 0) & (x < 6)).astype(g.dtype)
 
@@ -66,7 +97,7 @@ def _elu_kernel(x: np.ndarray) -> np.ndarray:
     return np.where(x < 0, np.expm1(np.minimum(x, 0)), x).astype(x.dtype, copy=False)
 
 
-@register("EluGrad")
+@register("EluGrad", grad=_grad_of_exp_grad)
 def _elu_grad_kernel(g: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.where(y < 0, g * (y + 1), g).astype(g.dtype, copy=False)
 
@@ -77,7 +108,7 @@ def _selu_kernel(x: np.ndarray) -> np.ndarray:
     return np.where(x < 0, neg, SELU_SCALE * x).astype(x.dtype, copy=False)
 
 
-@register("SeluGrad")
+@register("SeluGrad", grad=_grad_of_exp_grad)
 def _selu_grad_kernel(g: np.ndarray, y: np.ndarray) -> np.ndarray:
     out = np.where(y < 0, g * (y + SELU_SCALE * SELU_ALPHA), g * SELU_SCALE)
     return out.astype(g.dtype, copy=False)
@@ -110,7 +141,7 @@ def _leaky_relu_kernel(x: np.ndarray, *, alpha: float) -> np.ndarray:
     return np.where(x > 0, x, x * np.asarray(alpha, x.dtype)).astype(x.dtype, copy=False)
 
 
-@register("LeakyReluGrad")
+@register("LeakyReluGrad", grad=_grad_of_grad_linear)
 def _leaky_relu_grad_kernel(g: np.ndarray, x: np.ndarray, *, alpha: float) -> np.ndarray:
     return np.where(x > 0, g, g * np.asarray(alpha, g.dtype)).astype(g.dtype, copy=False)
 
@@ -151,7 +182,7 @@ register("Softplus", grad=lambda op, g: [_grad_op("SoftplusGrad", g, op.inputs[0
     _softplus_np)
 
 
-@register("SoftplusGrad")
+@register("SoftplusGrad", grad=_grad_of_softplus_grad)
 def _softplus_grad_kernel(g: np.ndarray, x: np.ndarray) -> np.ndarray:
     return g * _sigmoid_np(x)
 
