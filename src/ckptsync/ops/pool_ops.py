@@ -77,29 +77,38 @@ def _grad_max_pool_grad(op: Any, gg: Tensor) -> list[Any]:
 
 def _first_max_taps(x: np.ndarray, y: np.ndarray, ksize: tuple[int, int],
                     strides: tuple[int, int], padding: Any, op: str) -> Any:
-    """Yields ``(slice, hit)`` per tap: ``hit`` marks windows whose first max is that tap."""
-    oh, ow, pads, taps = _windows(op, x.shape, ksize, strides, padding)
+    """Yields ``(slice, hit, padded x, pads)`` per tap: ``hit`` marks the windows whose
+    first maximum (row-major) is that tap. ``hit`` is one buffer, rewritten per tap."""
+    _, _, pads, taps = _windows(op, x.shape, ksize, strides, padding)
     xp = padded(x, pads, _lowest(x.dtype))
     taken = np.zeros(y.shape, dtype=bool)
-    for _, _, s in taps:
-        hit = xp[s] == y
-        hit &= ~taken
-        taken |= hit
-        yield s, hit, xp.shape, pads
+    hit = np.empty(y.shape, dtype=bool)
+    for k, (_, _, s) in enumerate(taps):
+        np.equal(xp[s], y, out=hit)
+        np.greater(hit, taken, out=hit)  # hit and not taken
+        if k + 1 < len(taps):
+            taken |= hit
+        yield s, hit, xp, pads
 
 
 @register("MaxPoolGrad", grad=_grad_max_pool_grad)
 def _max_pool_grad_kernel(x: np.ndarray, y: np.ndarray, g: np.ndarray, *,
                           ksize: tuple[int, int], strides: tuple[int, int],
                           padding: Any) -> np.ndarray:
-    dxp = None
+    # Disjoint windows write their taps; windows that tile the padded input cover it all.
+    disjoint = ksize[0] <= strides[0] and ksize[1] <= strides[1]
+    dxp: np.ndarray | None = None
     pads: tuple[int, ...] = (0, 0, 0, 0)
-    zero = np.zeros((), g.dtype)
-    for s, hit, padded_shape, tap_pads in _first_max_taps(x, y, ksize, strides, padding,
-                                                          "MaxPoolGrad"):
+    for s, hit, xp, tap_pads in _first_max_taps(x, y, ksize, strides, padding, "MaxPoolGrad"):
         if dxp is None:
-            dxp, pads = np.zeros(padded_shape, dtype=g.dtype), tap_pads
-        dxp[s] += np.where(hit, g, zero)
+            pads = tap_pads
+            tiles = ksize == strides and xp.shape[1:3] == (y.shape[1] * strides[0],
+                                                           y.shape[2] * strides[1])
+            dxp = (np.empty if tiles else np.zeros)(xp.shape, dtype=g.dtype)
+        if disjoint:
+            np.multiply(g, hit, out=dxp[s])
+        else:
+            dxp[s] += g * hit
     assert dxp is not None
     return _crop(dxp, pads, x.shape[1], x.shape[2])
 
