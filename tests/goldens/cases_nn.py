@@ -532,3 +532,22 @@ def activations_second_order(tf):
     g = tf.add_n([tf.gradients(f(x), [x], grad_ys=c)[0] for f in acts])
     xv = np.array([[-2.0, -0.5, 0.25, 0.7, 1.5], [-1.1, 0.3, 2.5, -0.2, 0.9]], np.float32)
     return {"feeds": {x: xv, c: rand(219, 2, 5)}, "fetch": {"g": g}, "grads": ("g", [x, c])}
+
+
+@case
+def softmax_cross_entropy_v2_class_axis0(tf):
+    lg = tf.placeholder(tf.float32, [4, None], name="logits")
+    lb = tf.placeholder(tf.float32, [4, None], name="labels")
+    out = tf.nn.softmax_cross_entropy_with_logits_v2(labels=tf.nn.softmax(lb, axis=0),
+                                                     logits=lg, axis=0)
+    return {"feeds": {lg: rand(220, 4, 3), lb: rand(221, 4, 3)}, "fetch": {"out": out},
+            "grads": ("out", [lg, lb])}
+
+
+@case
+def sparse_softmax_cross_entropy_rank3(tf):
+    lg = tf.placeholder(tf.float32, [2, None, 4], name="logits")
+    lb = tf.placeholder(tf.int32, [2, None], name="labels")
+    out = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=lb, logits=lg)
+    return {"feeds": {lg: rand(222, 2, 3, 4), lb: np.array([[0, 3, 1], [2, 2, 0]], np.int32)},
+            "fetch": {"out": out}, "grads": ("out", [lg])}

@@ -62,6 +62,8 @@ GRAD_CASES = {
                   [(_any, (2, 3)), (_any, (3, 4)), (_any, (4,))]),
     "softmax_xent_v2": (lambda a, b: cs.nn.softmax_cross_entropy_with_logits_v2(
         labels=cs.nn.softmax(b), logits=a), [(_any, (3, 4)), (_any, (3, 4))]),
+    "softmax_xent_v2_axis0": (lambda a, b: cs.nn.softmax_cross_entropy_with_logits_v2(
+        labels=cs.nn.softmax(b, axis=0), logits=a, axis=0), [(_any, (4, 3)), (_any, (4, 3))]),
     "softmax_axis0": (lambda a: cs.nn.softmax(a, axis=0), [(_any, (3, 4))]),
     "log_softmax_axis1": (lambda a: cs.nn.log_softmax(a, axis=1), [(_any, (2, 3, 2))]),
     "bias_add_nchw": (lambda x, b: cs.nn.bias_add(x, b, data_format="NCHW"),

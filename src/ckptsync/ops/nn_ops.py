@@ -268,11 +268,16 @@ def sparse_softmax_cross_entropy_with_logits(_sentinel: Any = None, labels: Any 
                               [lg.dtype, lg.dtype], [lbs, ls], name=name).outputs[0]
 
 
-def _last_axis(op: str, axis: Any, lg: Tensor) -> None:
-    if axis is None or axis == -1 or (lg.shape.ndims is not None and axis == lg.shape.ndims - 1):
-        return
-    raise CkptsyncValueError(f"{op}: only the last axis is supported as the class axis, got "
-                             f"axis={axis} for logits of shape {lg.shape}.")
+def _class_axis_last(op: str, axis: Any, lg: Tensor, lb: Tensor) -> tuple[Tensor, Tensor]:
+    """``logits`` and ``labels`` with the class axis moved last (as TF's transpose)."""
+    rank = lg.shape.ndims
+    if axis is None or axis == -1 or (rank is not None and axis == rank - 1):
+        return lg, lb
+    if rank is None or not -rank <= axis < rank:
+        raise CkptsyncValueError(f"{op}: class axis {axis} does not fit logits of shape "
+                                 f"{lg.shape}.")
+    perm = [i for i in range(rank) if i != axis % rank] + [axis % rank]
+    return transpose(lg, perm), transpose(lb, perm)
 
 
 def softmax_cross_entropy_with_logits_v2(labels: Any = None, logits: Any = None,
@@ -280,19 +285,21 @@ def softmax_cross_entropy_with_logits_v2(labels: Any = None, logits: Any = None,
                                          dim: Any = None) -> Tensor:
     """Per-example cross-entropy of ``logits [batch, C]`` against distributions ``labels``
     (``[batch, C]``, the logits' dtype) -> ``[batch]``, as
-    ``tf.nn.softmax_cross_entropy_with_logits_v2``: gradients flow into both.
+    ``tf.nn.softmax_cross_entropy_with_logits_v2``: gradients flow into both. ``axis``
+    (TF1's ``dim``) names the class axis, the last by default.
 
     Raises:
-        ValueError: shapes that do not fit, or a class axis other than the last.
+        ValueError: shapes that do not fit, or a class axis out of range.
         TypeError: non-float logits.
     """
     lg = convert_to_tensor(logits)
     lb = convert_to_tensor(labels, dtype=lg.dtype)
     _float("SoftmaxCrossEntropyWithLogits", lg)
-    _last_axis("softmax_cross_entropy_with_logits", dim if axis is None else axis, lg)
     if not lg.shape.is_compatible_with(lb.shape):
         raise CkptsyncValueError(f"logits and labels must be broadcastable: logits_size={lg.shape} "
                                  f"labels_size={lb.shape}")
+    lg, lb = _class_axis_last("softmax_cross_entropy_with_logits",
+                              dim if axis is None else axis, lg, lb)
     out_shape = None if lg.shape.dims is None else lg.shape.dims[:-1]
     return lg.graph.create_op("SoftmaxCrossEntropyWithLogits", [lg, lb], [lg.dtype, lg.dtype],
                               [out_shape, lg.shape], name=name).outputs[0]
@@ -307,8 +314,8 @@ def softmax_cross_entropy_with_logits(_sentinel: Any = None, labels: Any = None,
     them (use ``softmax_cross_entropy_with_logits_v2`` for that). Arguments must be named.
 
     Raises:
-        ValueError: positional arguments, shapes that do not fit, or a class axis other
-            than the last.
+        ValueError: positional arguments, shapes that do not fit, or a class axis out of
+            range.
         TypeError: non-float logits.
     """
     if _sentinel is not None:
