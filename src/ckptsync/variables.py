@@ -19,6 +19,7 @@ from .graph import GraphKeys, Operation, Tensor, get_default_graph, get_default_
 from .ops.array_ops import convert_to_tensor
 from .ops.registry import register_special
 from .ops.state_ops import assign, assign_add, assign_sub, group
+from .tensor import OVERLOADABLE_OPERATORS
 
 __all__ = [
     "Variable", "global_variables", "trainable_variables", "local_variables", "model_variables",
@@ -183,9 +184,9 @@ def _binop(name: str) -> Callable[..., Any]:
     return f
 
 
-for _op in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
-            "__rtruediv__", "__matmul__", "__rmatmul__", "__neg__", "__abs__", "__pow__",
-            "__rpow__", "__lt__", "__le__", "__gt__", "__ge__"):
+# Every operator a Tensor has (tensor.OVERLOADABLE_OPERATORS), as TF1's Variable: the
+# arithmetic ones, //, %, &, |, ^, ~ and indexing (v[0], v[:, 1:]).
+for _op in sorted(OVERLOADABLE_OPERATORS):
     setattr(Variable, _op, _binop(_op))
 Variable.__array_priority__ = 100  # type: ignore[attr-defined]
 

@@ -221,3 +221,26 @@ def test_make_callable_runs_as_run_with_feeds_by_position() -> None:
     sess.close()
     with pytest.raises(CkptsyncRuntimeError, match="closed"):
         call(xv, 1.0)
+
+
+def test_a_variable_has_every_tensor_operator_as_tf1():
+    g = cs.Graph()
+    with g.as_default():
+        v = cs.Variable(np.arange(6, dtype=np.int32).reshape(2, 3), name="v")
+        f = cs.Variable(np.array([True, False]), name="f")
+        out = {"row": v[0], "col": v[:, 1], "floordiv": v // 2, "mod": v % 4, "and": v & 3,
+               "or": v | 8, "xor": v ^ 1, "invert": ~f, "rfloordiv": 7 // (v + 1)}
+        init = cs.global_variables_initializer()
+    with cs.Session(graph=g) as sess:
+        sess.run(init)
+        got = sess.run(out)
+    a = np.arange(6, dtype=np.int32).reshape(2, 3)
+    np.testing.assert_array_equal(got["row"], a[0])
+    np.testing.assert_array_equal(got["col"], a[:, 1])
+    np.testing.assert_array_equal(got["floordiv"], a // 2)
+    np.testing.assert_array_equal(got["mod"], a % 4)
+    np.testing.assert_array_equal(got["and"], a & 3)
+    np.testing.assert_array_equal(got["or"], a | 8)
+    np.testing.assert_array_equal(got["xor"], a ^ 1)
+    np.testing.assert_array_equal(got["invert"], [False, True])
+    np.testing.assert_array_equal(got["rfloordiv"], 7 // (a + 1))

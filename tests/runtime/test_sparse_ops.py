@@ -306,3 +306,36 @@ def test_scatter_mul_div_min_max(how, repeats):
         sess = cs.Session()
         sess.run(cs.global_variables_initializer())
         np.testing.assert_allclose(sess.run(out), want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: cs.train.AdagradOptimizer(0.1),
+    lambda: cs.train.FtrlOptimizer(0.1, l1_regularization_strength=0.01),
+    lambda: cs.train.RMSPropOptimizer(0.1, momentum=0.5),
+    lambda: cs.train.MomentumOptimizer(0.1, 0.9),
+    lambda: cs.train.AdadeltaOptimizer(1.0),
+], ids=["adagrad", "ftrl", "rmsprop", "momentum", "adadelta"])
+def test_adaptive_optimizers_embedding_step_touches_only_the_rows(make):
+    # As TF1's _apply_sparse: a step's memory is O(rows looked up), the slots included,
+    # never a copy of the [vocab, dim] table or its accumulators.
+    vocab, dim, batch = 200_000, 32, 128
+    g = cs.Graph()
+    with g.as_default():
+        w = cs.get_variable("emb", [vocab, dim], initializer=cs.zeros_initializer())
+        ids = cs.placeholder(cs.int32, [batch])
+        loss = cs.reduce_sum(cs.square(cs.nn.embedding_lookup(w, ids) - 1.0))
+        step = make().minimize(loss)
+        sess = cs.Session()
+        sess.run(cs.global_variables_initializer())
+        feed = {ids: np.arange(batch, dtype=np.int32) * 7}
+        sess.run(step, feed)  # compiles the plan
+        tracemalloc.start()
+        try:
+            for _ in range(2):
+                sess.run(step, feed)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < vocab * dim * 4 // 10, peak
+        got = sess.run(w)
+        assert got[7].any() and not got[1].any() and not got[vocab - 1].any()

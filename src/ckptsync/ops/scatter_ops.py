@@ -117,9 +117,12 @@ def _update_rows(arr: np.ndarray, flat: np.ndarray, rows: np.ndarray, how: str) 
 
 
 # --------------------------------------------------------------------- scatter kernels
-def _writable_value(ctx: Any, name: str) -> tuple[np.ndarray, bool]:
-    """The variable's array to update and whether it is updated in place (see the module
-    docstring); a copy otherwise."""
+def writable_value(ctx: Any, name: str) -> tuple[np.ndarray, bool]:
+    """Variable ``name``'s array for a kernel to update rows of, and whether that is in
+    place (nobody else holds the array; see the module docstring), else a copy. The
+    caller must hold no reference to the variable's array of its own (it would force a
+    copy), and must ``ctx.write(name, array)`` afterwards. For the row-update kernels
+    (scatter ops, the optimizers' ``SparseApply*``)."""
     if name in ctx.writes:  # an earlier write of this run: on a copy of it
         return np.array(ctx.writes[name], copy=True), False
     arr = ctx.read(name)
@@ -132,7 +135,7 @@ def _writable_value(ctx: Any, name: str) -> tuple[np.ndarray, bool]:
 def _scatter(ctx: Any, op: Operation, updates: np.ndarray, indices: np.ndarray,
              how: str) -> np.ndarray:
     name = op.inputs[0].op.name
-    arr = _writable_value(ctx, name)[0]
+    arr = writable_value(ctx, name)[0]
     idx = check_indices(op, indices, arr.shape[0] if arr.ndim else 0)
     upd = np.asarray(updates, dtype=arr.dtype)
     want = idx.shape + arr.shape[1:]

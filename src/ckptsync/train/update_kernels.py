@@ -10,8 +10,10 @@ array, applies the same rule to them and scatters them back, so rows not looked 
 left exactly as they are (TF1's ``_apply_sparse``). Indices arrive unique (the optimizer
 sums duplicates first).
 
-Kernels never write into the arrays they read (a fetch or a snapshot may hold them): they
-build new ones.
+Dense kernels never write into the arrays they read (a fetch or a snapshot may hold
+them): they build new ones. Sparse kernels update the rows in place when nobody else holds
+the arrays (``ops.scatter_ops.writable_value``, as the scatter ops), so a step costs the
+rows looked up, not the table.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import numpy as np
 from ..errors import InvalidArgumentError
 from ..graph import Operation, Tensor, get_default_graph
 from ..ops.registry import register
+from ..ops.scatter_ops import writable_value
 from ..variables import Variable
 
 __all__ = ["apply_op"]
@@ -60,9 +63,10 @@ def _register_rule(op_type: str, n_refs: int, grad_at: int, rule: Rule) -> None:
         else:
             idx = _rows(op, np.asarray(indices), state[0].shape[0] if state[0].ndim else 0)
             rows = rule([s[idx] for s in state], grad, hyper, op.attrs)
+            del state  # held here, the arrays could not be updated in place
             new = []
-            for s, r in zip(state, rows):
-                full = np.array(s, copy=True)
+            for n, r in zip(names, rows):
+                full = writable_value(ctx, n)[0]  # in place unless someone holds it
                 full[idx] = r
                 new.append(full)
         for n, a in zip(names, new):
@@ -202,7 +206,8 @@ def _sparse_momentum(ctx: Any, op: Operation, *args: Any) -> np.ndarray:
     idx = _rows(op, indices, var.shape[0] if var.ndim else 0)
     new_v, new_a = _momentum([var[idx], accum[idx]], grad.astype(var.dtype),
                              [lr.astype(var.dtype), mu.astype(var.dtype)], op.attrs)
-    var, accum = np.array(var, copy=True), np.array(accum, copy=True)
+    del var, accum  # held here, the arrays could not be updated in place
+    var, accum = writable_value(ctx, vn)[0], writable_value(ctx, an)[0]
     var[idx], accum[idx] = new_v, new_a
     ctx.write(an, accum)
     ctx.write(vn, var)
