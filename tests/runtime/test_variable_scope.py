@@ -128,6 +128,7 @@ def test_scope_initializer_and_dtype_and_precedence(g):
 @pytest.mark.parametrize(("shape", "fan_in", "fan_out"), [
     ([], 1, 1), ([5], 5, 5), ([3, 7], 3, 7), ([2, 3, 4, 5], 2 * 3 * 4, 2 * 3 * 5)])
 def test_glorot_uniform_default_uses_tf_fans(g, shape, fan_in, fan_out):
+    cs.set_random_seed(5)  # seeded: an unseeded 21-value draw missed 0.8 * limit 1% of runs
     v = cs.get_variable("w", shape)
     sess = cs.Session(graph=g)
     sess.run(v.initializer)
