@@ -33,6 +33,7 @@ from .dtypes import (  # noqa: F401
     int16,
     int32,
     int64,
+    string,
     uint8,
     uint16,
     uint32,
@@ -183,6 +184,8 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str):  # lazy subpackages that sit above the runtime
-    if name in ("train", "checkpoint", "serving", "distributed", "data"):
+    if name in ("train", "checkpoint", "serving", "distributed", "data", "summary"):
         return _importlib.import_module(f".{name}", __name__)
+    if name in ("Summary", "Event", "SessionLog", "SummaryMetadata", "HistogramProto"):
+        return getattr(_importlib.import_module(".summary", __name__), name)
     raise AttributeError(f"module 'ckptsync' has no attribute {name!r}")

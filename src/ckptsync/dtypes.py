@@ -35,6 +35,7 @@ __all__ = [
     "bool",
     "complex64",
     "complex128",
+    "string",
 ]
 
 
@@ -48,8 +49,8 @@ class DType:
 
     @property
     def name(self) -> str:
-        """TF's name, e.g. ``"float32"``, ``"bool"``."""
-        return str(self._np)
+        """TF's name, e.g. ``"float32"``, ``"bool"``, ``"string"``."""
+        return "string" if self._np.kind == "O" else str(self._np)
 
     @property
     def as_numpy_dtype(self) -> type:
@@ -125,11 +126,13 @@ uint64 = DType(np.uint64)
 bool = DType(np.bool_)  # noqa: A001 - TF's name
 complex64 = DType(np.complex64)
 complex128 = DType(np.complex128)
+# TF's tf.string: byte strings held in numpy object arrays (summary ops' output).
+string = DType(np.object_)
 
 _BY_NAME = {
     d.name: d
     for d in (float16, float32, float64, int8, int16, int32, int64, uint8, uint16, uint32,
-              uint64, bool, complex64, complex128)
+              uint64, bool, complex64, complex128, string)
 }
 _BY_NAME.update({"half": float16, "float": float32, "double": float64})
 
@@ -152,6 +155,8 @@ def as_dtype(value: Any) -> DType:
         np_dtype = np.dtype(value)
     except TypeError as e:
         raise CkptsyncTypeError(f"Cannot convert {value!r} to a dtype: {e}") from None
+    if np_dtype.kind in "OSU":
+        return string
     dt = _BY_NAME.get(str(np_dtype))
     if dt is None:
         raise CkptsyncTypeError(

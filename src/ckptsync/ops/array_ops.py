@@ -47,7 +47,13 @@ def _infer_numpy(value: Any, dtype: _dtypes.DType | None) -> np.ndarray:
             arr = arr.astype(np.float32)
         elif arr.dtype == np.int64 and (arr.size == 0 or np.abs(arr).max() < 2**31):
             arr = arr.astype(np.int32)
-    if arr.dtype.kind not in "biufc":
+    if arr.dtype.kind in "SUO":  # tf.string: bytes in an object array
+        flat = [x.encode() if isinstance(x, str) else x for x in arr.reshape(-1).tolist()]
+        if all(isinstance(x, bytes) for x in flat):
+            arr = np.empty(arr.shape, dtype=object)
+            arr.reshape(-1)[:] = flat
+    if arr.dtype.kind not in "biufc" and not (arr.dtype.kind == "O" and arr.size
+                                              and isinstance(arr.reshape(-1)[0], bytes)):
         raise CkptsyncTypeError(f"Cannot convert {value!r} (dtype {arr.dtype}) to a tensor.")
     return arr
 

@@ -66,6 +66,7 @@ from .session_run_hook import (  # noqa: F401
     SessionRunHook,
     SessionRunValues,
 )
+from .summary_hooks import SummarySaverHook  # noqa: F401
 from .training_util import (  # noqa: F401
     create_global_step,
     get_global_step,

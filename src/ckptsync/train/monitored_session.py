@@ -14,6 +14,7 @@ import os
 from typing import Any
 
 from .. import checkpoint as ckpt
+from .. import summary as _summary
 from ..errors import (
     AbortedError,
     CkptsyncRuntimeError,
@@ -31,6 +32,7 @@ from ..variables import (
 from .basic_hooks import CheckpointSaverHook, StepCounterHook
 from .saver import Saver
 from .session_run_hook import SessionRunArgs, SessionRunContext, SessionRunHook, SessionRunValues
+from .summary_hooks import SummarySaverHook
 
 __all__ = [
     "Scaffold", "ChiefSessionCreator", "WorkerSessionCreator", "MonitoredSession",
@@ -50,6 +52,7 @@ class Scaffold:
                  copy_from_scaffold: Any = None):
         self._init_op, self._init_feed_dict, self._user_init_fn = init_op, init_feed_dict, init_fn
         self._local_init_op, self._saver = local_init_op, saver
+        self._summary_op = summary_op
         self._finalized = False
 
     @property
@@ -59,6 +62,12 @@ class Scaffold:
     @property
     def local_init_op(self) -> Any:
         return self._local_init_op
+
+    @property
+    def summary_op(self) -> Any:
+        """The summary op (default: ``merge_all`` of ``SUMMARIES``, kept in
+        ``SUMMARY_OP``); ``None`` when the graph has no summaries."""
+        return self._summary_op
 
     @property
     def saver(self) -> Any:
@@ -81,6 +90,14 @@ class Scaffold:
             self._init_op = global_variables_initializer()
         if self._local_init_op is None:
             self._local_init_op = local_variables_initializer()
+        if self._summary_op is None:
+            found = g.get_collection(GraphKeys.SUMMARY_OP)
+            if len(found) > 1:
+                raise CkptsyncRuntimeError(f"More than one item in the collection "
+                                           f"\"{GraphKeys.SUMMARY_OP}\".")
+            self._summary_op = found[0] if found else _summary.merge_all()
+            if self._summary_op is not None and not found:
+                g.add_to_collection(GraphKeys.SUMMARY_OP, self._summary_op)
         if self._saver is None:
             savers = g.get_collection(GraphKeys.SAVERS)
             if len(savers) > 1:
@@ -318,10 +335,14 @@ def MonitoredTrainingSession(  # noqa: N802 - TF's name
     """A ``MonitoredSession`` set up for training, as ``tf.train.MonitoredTrainingSession``.
 
     The chief restores from / saves to ``checkpoint_dir``. Hook order on the chief:
-    ``chief_only_hooks``, a ``StepCounterHook``, a ``CheckpointSaverHook`` (when
+    ``chief_only_hooks``, a ``StepCounterHook``, a ``SummarySaverHook`` (when
+    ``summary_dir`` and a positive summary frequency), a ``CheckpointSaverHook`` (when
     ``checkpoint_dir`` and a positive save frequency), then ``hooks``. Checkpoint frequency
     defaults to 600 s only when neither ``save_checkpoint_secs`` nor
-    ``save_checkpoint_steps`` is given.
+    ``save_checkpoint_steps`` is given; summaries to every 100 steps likewise. Unlike
+    TF1, summaries are written only where ``summary_dir`` is given (TF1 falls back to
+    ``checkpoint_dir``: here that directory is the serving side's and stays checkpoints
+    only).
 
     Raises:
         ValueError: both ``save_checkpoint_secs`` and ``save_checkpoint_steps`` given.
@@ -332,6 +353,12 @@ def MonitoredTrainingSession(  # noqa: N802 - TF's name
         save_checkpoint_secs = None
     elif save_checkpoint_steps is USE_DEFAULT:
         save_checkpoint_steps = None
+    if save_summaries_steps is USE_DEFAULT and save_summaries_secs is USE_DEFAULT:
+        save_summaries_steps, save_summaries_secs = 100, None
+    elif save_summaries_secs is USE_DEFAULT:
+        save_summaries_secs = None
+    elif save_summaries_steps is USE_DEFAULT:
+        save_summaries_steps = None
     scaffold = scaffold or Scaffold()
     all_hooks: list[SessionRunHook] = []
     if not is_chief:
@@ -342,6 +369,11 @@ def MonitoredTrainingSession(  # noqa: N802 - TF's name
     if log_step_count_steps and log_step_count_steps > 0 and (summary_dir or checkpoint_dir):
         all_hooks.append(StepCounterHook(every_n_steps=log_step_count_steps,
                                          output_dir=summary_dir or checkpoint_dir))
+    if summary_dir and ((save_summaries_steps and save_summaries_steps > 0)
+                        or (save_summaries_secs and save_summaries_secs > 0)):
+        all_hooks.append(SummarySaverHook(save_steps=save_summaries_steps,
+                                          save_secs=save_summaries_secs,
+                                          output_dir=summary_dir, scaffold=scaffold))
     if checkpoint_dir and ((save_checkpoint_secs and save_checkpoint_secs > 0)
                            or (save_checkpoint_steps and save_checkpoint_steps > 0)):
         os.makedirs(checkpoint_dir, exist_ok=True)

@@ -1,0 +1,79 @@
+"""``SummarySaverHook`` and ``MonitoredTrainingSession(summary_dir=...)``: event files
+read back with TensorBoard's ``EventAccumulator``, as TF1 writes them."""
+
+from __future__ import annotations
+
+import pytest
+
+import ckptsync as tf
+
+EventAccumulator = pytest.importorskip(
+    "tensorboard.backend.event_processing.event_accumulator").EventAccumulator
+
+
+def _model():
+    gs = tf.train.get_or_create_global_step()
+    w = tf.get_variable("w", [], initializer=tf.constant_initializer(1.0))
+    loss = tf.square(w)
+    tf.summary.scalar("loss", loss)
+    train = tf.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=gs)
+    return gs, train
+
+
+def _scalars(logdir, tag="loss"):
+    acc = EventAccumulator(str(logdir))
+    acc.Reload()
+    return acc, [e.step for e in acc.Scalars(tag)]
+
+
+def test_hook_every_n_steps(tmp_path):
+    gs, train = _model()
+    hook = tf.train.SummarySaverHook(save_steps=3, output_dir=str(tmp_path),
+                                     summary_op=tf.summary.merge_all())
+    with tf.train.MonitoredSession(hooks=[hook]) as sess:
+        for _ in range(10):
+            sess.run(train)
+    acc, steps = _scalars(tmp_path)
+    assert steps == [1, 4, 7, 10]
+    assert acc.Tags()["graph"]
+
+
+def test_hook_with_writer_and_scaffold_and_errors(tmp_path):
+    with pytest.raises(ValueError, match="Exactly one of scaffold or summary_op"):
+        tf.train.SummarySaverHook(save_steps=1)
+    with pytest.raises(ValueError):
+        tf.train.SummarySaverHook(summary_op=tf.constant(1.0))
+    gs, train = _model()
+    writer = tf.summary.FileWriter(str(tmp_path))
+    scaffold = tf.train.Scaffold()
+    hook = tf.train.SummarySaverHook(save_steps=2, summary_writer=writer, scaffold=scaffold)
+    with tf.train.MonitoredSession(tf.train.ChiefSessionCreator(scaffold=scaffold),
+                                   hooks=[hook]) as sess:
+        for _ in range(4):
+            sess.run(train)
+    assert scaffold.summary_op is not None
+    assert tf.get_collection(tf.GraphKeys.SUMMARY_OP) == [scaffold.summary_op]
+    writer.close()
+    assert _scalars(tmp_path)[1] == [1, 3]
+
+
+def test_hook_needs_a_global_step():
+    tf.summary.scalar("x", 1.0)
+    hook = tf.train.SummarySaverHook(save_steps=1, summary_op=tf.summary.merge_all())
+    with pytest.raises(RuntimeError, match="Global step"):
+        hook.begin()
+
+
+def test_monitored_training_session_summary_dir(tmp_path):
+    gs, train = _model()
+    logdir = tmp_path / "logs"
+    with tf.train.MonitoredTrainingSession(checkpoint_dir=str(tmp_path / "ckpt"),
+                                           summary_dir=str(logdir),
+                                           save_summaries_steps=5,
+                                           save_checkpoint_secs=None) as sess:
+        for _ in range(11):
+            sess.run(train)
+    acc, steps = _scalars(logdir)
+    assert steps == [1, 6, 11]
+    assert acc.Scalars("loss")[0].value == pytest.approx(1.0)
+    assert not list((tmp_path / "ckpt").glob("events.out.tfevents.*"))
