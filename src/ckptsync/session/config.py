@@ -4,11 +4,14 @@
 
 What is honoured: ``intra_op_parallelism_threads`` caps the BLAS threads numpy's matmuls
 use (through ``threadpoolctl``; BLAS pools are per process, so the cap is the process's,
-set when a session with that config is created). ``0``, TF's "let the system pick", is a
-cap of ``min(4, cpu_count)`` that only ever lowers the count: OpenBLAS's own default of
-one thread per core spins and competes on a busy or shared machine (see
-``benchmarks/bench_blas_threads.py``), and a process already limited (its environment,
-the CLI's ``--intra-op-threads``) keeps its choice. The rest (``inter_op_parallelism_threads`` — ops run one at a time —,
+set when a session with that config is created). ``0``, TF's "let the system pick", is
+one thread (a cap that only ever lowers the count): OpenBLAS's own default of one thread
+per core spins and competes, and on a busy 2-core machine it made a digits-MLP step 27x
+and a 784-1024-1024-10 step 2.5x slower than one thread
+(``benchmarks/bench_blas_threads.py``; see docs/performance.md). Big matmuls on a
+dedicated machine gain from more: ask for them with ``intra_op_parallelism_threads``.
+A process already limited (its environment, the CLI's ``--intra-op-threads``) keeps its
+choice. The rest (``inter_op_parallelism_threads`` — ops run one at a time —,
 device placement, GPU options) is accepted and kept, as a CPU-only TF build does.
 """
 
@@ -23,7 +26,7 @@ from ..errors import CkptsyncTypeError, CkptsyncValueError
 __all__ = ["ConfigProto", "GPUOptions", "GraphOptions", "OptimizerOptions", "RunOptions",
            "RunMetadata", "apply_config"]
 
-DEFAULT_BLAS_THREADS_CAP = 4
+DEFAULT_BLAS_THREADS_CAP = 1
 
 
 class _Message:

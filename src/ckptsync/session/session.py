@@ -52,7 +52,7 @@ class Session:
         target: accepted for TF1 compatibility (in-process only).
         graph: default: the default graph.
         config: a :class:`~.config.ConfigProto`; its ``intra_op_parallelism_threads``
-            caps numpy's BLAS threads for the process (``0``/``None``: at most 4, only
+            caps numpy's BLAS threads for the process (``0``/``None``: one thread, only
             ever lowering; see :mod:`.config`).
 
     Raises:
