@@ -19,6 +19,8 @@ Example:
 import importlib as _importlib
 
 from . import contrib, dtypes, errors, linalg, math, nn  # noqa: F401
+from . import losses  # noqa: F401
+from . import metrics  # noqa: F401
 from .device import DeviceSpec  # noqa: F401
 from .dtypes import (  # noqa: F401
     DType,
