@@ -21,14 +21,14 @@ CLI = ROOT / "cli"
 # itself names only the package's __init__).
 LAYERS: list[tuple[str, ...]] = [
     ("ckptsync.errors", "ckptsync.dtypes"),
-    ("ckptsync.checkpoint", "ckptsync.data"),
+    ("ckptsync.checkpoint", "ckptsync.datasets"),
     ("ckptsync.workers",),
     (
         "ckptsync.graph", "ckptsync.tensor", "ckptsync.tensor_shape", "ckptsync.device",
         "ckptsync.variables", "ckptsync.variable_scope", "ckptsync.initializers",
         "ckptsync.gradients", "ckptsync.model_spec", "ckptsync.nn", "ckptsync.ops",
         "ckptsync.session", "ckptsync.indexed_slices", "ckptsync.contrib", "ckptsync.graph_keys", "ckptsync.math", "ckptsync.linalg",
-        "ckptsync.summary",
+        "ckptsync.summary", "ckptsync.data",
         "ckptsync.losses", "ckptsync.metrics",
     ),
     # The package's own __init__: curated re-exports of the runtime (subpackages above

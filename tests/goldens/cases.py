@@ -12,6 +12,8 @@ A case is ``def name(tf) -> dict`` with keys:
     before: optional [(op or tensor, times)], each run ``times`` times (with the feeds)
         after the initializer and before the fetch (training steps, assignments)
     names: optional [str], op or variable names compared as they are
+    runs: optional int: the fetch is run this many times (an iterator's elements in
+        order), each run's values recorded as ``label@i`` (no grads with it)
 A case that raises while building records the error class instead (``raises``).
 
 Only numpy and the standard library may be imported here.

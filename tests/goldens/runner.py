@@ -60,7 +60,16 @@ def run_case(tf: Any, build: Any) -> dict[str, Any]:
                 for target, times in spec.get("before", []):
                     for _ in range(times):
                         sess.run(target, feed_dict=feeds)
-                values = sess.run(dict(fetch), feed_dict=feeds)
+                runs = spec.get("runs")
+                if runs is not None:  # a sequence (iterator elements): one record per run
+                    static = record["fetch"]
+                    record["fetch"] = {}
+                    for i in range(runs):
+                        for k, v in sess.run(dict(fetch), feed_dict=feeds).items():
+                            record["fetch"][f"{k}@{i}"] = {**static[k], "value": np.asarray(v)}
+                    values = {}
+                else:
+                    values = sess.run(dict(fetch), feed_dict=feeds)
                 for k, v in values.items():
                     record["fetch"][k]["value"] = np.asarray(v)
                 if grad_tensors is not None:

@@ -32,18 +32,23 @@ class RunContext:
         variables: the session's values, variable op name -> array (read, never written).
         rng: the session's random generator for an op.
         params: variable op name -> array, read instead of ``variables`` (this run only).
+        resources: the session's state of stateful ops other than variables (a
+            ``tf.data`` iterator's position), op name -> object; changed in place, at
+            once (not when the run ends).
     """
 
-    __slots__ = ("_variables", "_rng", "_params", "writes", "scratch")
+    __slots__ = ("_variables", "_rng", "_params", "writes", "scratch", "resources")
 
     def __init__(self, variables: Mapping[str, np.ndarray],
                  rng: Callable[[Operation], np.random.Generator],
-                 params: Mapping[str, np.ndarray] | None):
+                 params: Mapping[str, np.ndarray] | None,
+                 resources: dict[str, Any] | None = None):
         self._variables = variables
         self._rng = rng
         self._params = params
         self.writes: dict[str, np.ndarray] = {}  # land in the session when the run ends
         self.scratch: dict[Any, Any] = {}
+        self.resources: dict[str, Any] = {} if resources is None else resources
 
     def read(self, name: str) -> np.ndarray:
         """The start-of-run value of variable ``name``.

@@ -74,6 +74,7 @@ class Session:
         self.graph = graph if graph is not None else get_default_graph()
         self._vars: dict[str, np.ndarray] = {}
         self._rngs: dict[str, np.random.Generator] = {}
+        self._resources: dict[str, Any] = {}  # e.g. tf.data iterators (RunContext.resources)
         self._plans: dict[Any, Plan] = {}
         self._mappers: dict[int, FetchMapper] = {}
         self._lock = threading.Lock()
@@ -85,6 +86,7 @@ class Session:
         """Frees the variable values. Further runs raise ``RuntimeError``."""
         self._closed = True
         self._vars = {}
+        self._resources = {}
         self._plans = {}
 
     def __enter__(self) -> Session:
@@ -290,7 +292,7 @@ class Session:
                  params: Mapping[str, np.ndarray] | None) -> list[Any]:
         """Runs ``plan`` on ``values`` (its template with the feeds in); returns the
         fetched values in ``plan.fetch_slots`` order."""
-        ctx = RunContext(self._vars, self._rng, params)
+        ctx = RunContext(self._vars, self._rng, params, self._resources)
         i = 0
         try:
             with np.errstate(all="ignore"):

@@ -51,7 +51,7 @@ from ..errors import (
 )
 from ..workers import AsyncCheckpointWriter, StateUpdate
 from .saver_paths import prepare_save_path
-from .saver_vars import build_var_map, check_session_graph, get_default_graph_step
+from .saver_vars import build_var_map, check_session_graph, get_default_graph_step, is_saveable
 
 __all__ = ["Saver"]
 
@@ -161,7 +161,7 @@ class Saver:
     def _names(self) -> tuple[list[str], list[str]]:
         """The checkpoint keys and the variables' op names, in the same order (cached)."""
         if self._key_names is None:
-            var_map = self._map()
+            var_map = {k: v for k, v in self._map().items() if not is_saveable(v)}
             self._key_names = list(var_map), [v.op.name for v in var_map.values()]
         return self._key_names
 
@@ -252,6 +252,7 @@ class Saver:
             self._swept_dirs.update((abs_dir, real_dir))
         keys, op_names = self._names()
         named = dict(zip(keys, sess.read_variables(op_names).values()))
+        named.update((k, v.save_value(sess)) for k, v in var_map.items() if is_saveable(v))
         gs = get_default_graph_step(sess, var_map) if step is None else step
         if self._writer is not None:
             self._save_async(prefix, save_dir, latest_filename, named, gs, metadata, write_state)
@@ -461,6 +462,9 @@ class Saver:
         out: dict[str, np.ndarray] = {}
         for key, var in var_map.items():
             arr = values[key]
+            if is_saveable(var):  # e.g. an iterator's position
+                var.restore_value(sess, arr)
+                continue
             want = tuple(var.shape.as_list())
             if arr.dtype != var.dtype.np:
                 raise InvalidArgumentError(

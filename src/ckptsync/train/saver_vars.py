@@ -12,10 +12,18 @@ from ..graph import GraphKeys, Tensor, get_default_graph
 from ..variables import Variable
 from .training_util import get_global_step
 
-__all__ = ["build_var_map", "check_session_graph", "get_default_graph_step"]
+__all__ = ["is_saveable", "build_var_map", "check_session_graph", "get_default_graph_step"]
+
+
+def is_saveable(v: Any) -> bool:
+    """A saveable object other than a variable (a ``tf.data`` iterator's position): it
+    has ``name``, ``save_value(sess)`` and ``restore_value(sess, array)``."""
+    return hasattr(v, "save_value") and hasattr(v, "restore_value")
 
 
 def _key_of(v: Any) -> str:
+    if is_saveable(v):
+        return str(v.name)
     if isinstance(v, Variable):
         return v.op.name
     if isinstance(v, Tensor) and v.op.type == "VariableV2":

@@ -1,6 +1,6 @@
 """Data sets for ``trainer run --data``: ``digits``, ``mnist:DIR``, ``FILE.npz``.
 
-Every loader returns a :class:`Dataset`: a train and a held-out split of named arrays.
+Every loader returns a :class:`LabeledData`: a train and a held-out split of named arrays.
 Features are float32 scaled to [0, 1]; labels are int64.
 
 - ``digits``: scikit-learn's bundled 8x8 digits (1,797 images): features ``[n, 64]``
@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import CkptsyncValueError
 
-__all__ = ["Dataset", "DataError", "load_digits", "load_mnist", "load_npz", "load_dataset"]
+__all__ = ["LabeledData", "DataError", "load_digits", "load_mnist", "load_npz", "load_dataset"]
 
 HELD_OUT_FRACTION = 0.2
 
@@ -34,7 +34,7 @@ class DataError(CkptsyncValueError):
 
 
 @dataclass(frozen=True)
-class Dataset:
+class LabeledData:
     """Named arrays, split into train and held-out (test) parts.
 
     Attributes:
@@ -58,16 +58,16 @@ class Dataset:
         return len(next(iter(self.test.values())))
 
 
-def _split(features: np.ndarray, labels: np.ndarray, name: str) -> Dataset:
+def _split(features: np.ndarray, labels: np.ndarray, name: str) -> LabeledData:
     n = len(features)
     perm = np.random.default_rng(0).permutation(n)
     n_test = int(round(n * HELD_OUT_FRACTION))
     tr, te = perm[n_test:], perm[:n_test]
-    return Dataset(name, {"x": features[tr], "y": labels[tr]}, {"x": features[te], "y": labels[te]},
-                   ("x",), ("y",))
+    return LabeledData(name, {"x": features[tr], "y": labels[tr]},
+                       {"x": features[te], "y": labels[te]}, ("x",), ("y",))
 
 
-def load_digits() -> Dataset:
+def load_digits() -> LabeledData:
     """scikit-learn's bundled digits: ``x`` float32 ``[n, 64]`` in [0, 1], ``y`` int64 ``[n]``.
 
     Raises:
@@ -122,7 +122,7 @@ def _find(directory: str, stem: str) -> str:
     raise DataError(f"MNIST file {stem}[.gz] not found in {directory}.")
 
 
-def load_mnist(directory: str) -> Dataset:
+def load_mnist(directory: str) -> LabeledData:
     """MNIST from the four IDX files in ``directory``: ``x`` float32 ``[n, 784]``, ``y`` int64.
 
     Raises:
@@ -138,10 +138,11 @@ def load_mnist(directory: str) -> Dataset:
             raise DataError(f"MNIST {split}: {len(imgs)} images but {len(lbls)} labels.")
         parts[split] = {"x": (imgs.reshape(len(imgs), -1) / 255.0).astype(np.float32),
                         "y": lbls.astype(np.int64)}
-    return Dataset("mnist", parts["train"], parts["test"], ("x",), ("y",))
+    return LabeledData("mnist", parts["train"], parts["test"], ("x",), ("y",))
 
 
-def load_npz(path: str, feature_names: tuple[str, ...], label_names: tuple[str, ...]) -> Dataset:
+def load_npz(path: str, feature_names: tuple[str, ...], label_names: tuple[str, ...]
+             ) -> LabeledData:
     """Arrays named after the model's inputs and labels from an ``.npz`` file.
 
     Raises:
@@ -182,11 +183,12 @@ def load_npz(path: str, feature_names: tuple[str, ...], label_names: tuple[str, 
         n_test = int(round(n * HELD_OUT_FRACTION))
         train = {k: arrays[k][: n - n_test] for k in names}
         test = {k: arrays[k][n - n_test:] for k in names}
-    return Dataset(os.path.basename(path), train, test, tuple(feature_names), tuple(label_names))
+    return LabeledData(os.path.basename(path), train, test, tuple(feature_names),
+                       tuple(label_names))
 
 
 def load_dataset(spec: str, feature_names: tuple[str, ...], label_names: tuple[str, ...]
-                 ) -> Dataset:
+                 ) -> LabeledData:
     """Loads ``digits``, ``mnist:DIR`` or ``FILE.npz`` and renames a built-in set's single
     feature/label array to the model's names.
 
@@ -206,5 +208,5 @@ def load_dataset(spec: str, feature_names: tuple[str, ...], label_names: tuple[s
             f"--data {spec} provides one feature and one label array, but the model has inputs "
             f"{list(feature_names)} and labels {list(label_names)}; use an .npz file instead.")
     fx, fy = feature_names[0], label_names[0]
-    return Dataset(ds.name, {fx: ds.train["x"], fy: ds.train["y"]},
+    return LabeledData(ds.name, {fx: ds.train["x"], fy: ds.train["y"]},
                    {fx: ds.test["x"], fy: ds.test["y"]}, (fx,), (fy,))

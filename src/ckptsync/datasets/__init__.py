@@ -1,0 +1,15 @@
+"""Training data as numpy arrays: the bundled digits, MNIST IDX files, ``.npz`` files, and
+a deterministic, resumable batch iterator (layer 1: knows no graph).
+
+``cs.data`` re-exports these beside TF's ``tf.data.Dataset`` (:mod:`ckptsync.data`).
+"""
+
+from .loaders import (  # noqa: F401
+    DataError,
+    LabeledData,
+    load_dataset,
+    load_digits,
+    load_mnist,
+    load_npz,
+)
+from .pipeline import BatchIterator  # noqa: F401
