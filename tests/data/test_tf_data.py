@@ -183,3 +183,38 @@ def test_state_of_a_mapped_padded_cached_pipeline_round_trips():
             saveable.restore_value(sess, state)
             assert [v.tolist() for v in _all(sess, nxt)] == rest
     assert len(rest) == 3
+
+
+def _digits_one_shot():
+    data = load_digits()
+    ds = (tf_data.Dataset.from_tensor_slices((data.train["x"], data.train["y"]))
+          .shuffle(200, seed=11).repeat().batch(16))
+    it = tf_data.make_one_shot_iterator(ds)
+    tf.add_to_collection(tf.GraphKeys.SAVEABLE_OBJECTS,
+                         tf_data.experimental.make_saveable_from_iterator(it))
+    x, y = it.get_next()
+    w = tf.get_variable("w", [64, 10], initializer=tf.zeros_initializer())
+    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=y, logits=tf.matmul(x, w)))
+    step = tf.train.get_or_create_global_step()
+    return y, tf.train.GradientDescentOptimizer(0.5).minimize(loss, global_step=step)
+
+
+def test_monitored_training_session_restart_continues_with_the_next_batch(tmp_path):
+    with tf.Graph().as_default():
+        y, train = _digits_one_shot()
+        with tf.train.MonitoredTrainingSession() as sess:
+            ref = [sess.run([y, train])[0] for _ in range(10)]
+    ckpts = str(tmp_path / "ckpts")
+    with tf.Graph().as_default():
+        y, train = _digits_one_shot()
+        with tf.train.MonitoredTrainingSession(checkpoint_dir=ckpts,
+                                               save_checkpoint_steps=100) as sess:
+            for i in range(6):
+                np.testing.assert_array_equal(sess.run([y, train])[0], ref[i])
+    assert tf.train.latest_checkpoint(ckpts).endswith("-6")
+    with tf.Graph().as_default():
+        y, train = _digits_one_shot()
+        with tf.train.MonitoredTrainingSession(checkpoint_dir=ckpts) as sess:
+            for i in range(6, 10):
+                np.testing.assert_array_equal(sess.run([y, train])[0], ref[i])

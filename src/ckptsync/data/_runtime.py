@@ -386,6 +386,10 @@ def pack_state(state: Any) -> np.ndarray:
 
     def walk(x: Any) -> Any:
         if isinstance(x, np.ndarray):
+            if x.dtype == object:  # tf.string values: bytes objects, stored as 'S'
+                arrays.append(np.array([bytes(b) for b in x.reshape(-1)], "S").reshape(
+                    x.shape))
+                return {"__bytes__": len(arrays) - 1}
             arrays.append(x)
             return {"__array__": len(arrays) - 1}
         if isinstance(x, np.generic):
@@ -413,6 +417,11 @@ def unpack_state(blob: np.ndarray) -> Any:
         if isinstance(x, dict):
             if set(x) == {"__array__"}:
                 return arrays[f"a{x['__array__']}"]
+            if set(x) == {"__bytes__"}:
+                a = arrays[f"a{x['__bytes__']}"]
+                out = np.empty(a.shape, object)
+                out.reshape(-1)[:] = [bytes(b) for b in a.reshape(-1)]
+                return out
             return {k: walk(v) for k, v in x.items()}
         if isinstance(x, list):
             return [walk(v) for v in x]
