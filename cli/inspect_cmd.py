@@ -16,7 +16,12 @@ import stat
 import click
 import numpy as np
 
-from ckptsync.checkpoint import CheckpointReader, data_path, get_checkpoint_state
+from ckptsync.checkpoint import (
+    CheckpointReader,
+    data_path,
+    get_checkpoint_state,
+    is_tf_checkpoint,
+)
 from ckptsync.errors import CkptsyncError, OpError
 
 from ._common import EXIT_USAGE, fail
@@ -34,6 +39,8 @@ def _resolve(path: str) -> str:
         fail(f"no checkpoint in directory {path}: it has no readable 'checkpoint' state file "
              "naming one.")
     latest = state.model_checkpoint_path
+    if is_tf_checkpoint(latest):
+        return latest
     data = data_path(latest)
     if not os.path.lexists(data):
         fail(f"no checkpoint in directory {path}: its state file names {latest}, but "
@@ -69,7 +76,8 @@ def inspect(prefix_or_dir: str, tensor: str | None, all_tensors: bool, verify: b
     """List a checkpoint's variables, step and creation time.
 
     PREFIX_OR_DIR is a checkpoint prefix (ckpts/model.ckpt-1200, with or without .h5) or
-    a checkpoint directory (its latest checkpoint).
+    a checkpoint directory (its latest checkpoint). TF's own checkpoints (PREFIX.index +
+    PREFIX.data-00000-of-00001) are read too.
 
     \b
     Example:

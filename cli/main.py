@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from ._common import CONTEXT_SETTINGS, OneLineErrorGroup
+from .convert_cmd import convert
 from .demo import demo
 from .inspect_cmd import inspect
 
@@ -17,6 +18,7 @@ def main() -> None:
 
 main.add_command(demo)
 main.add_command(inspect)
+main.add_command(convert)
 
 if __name__ == "__main__":
     main(prog_name="ckptsync")

@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+# Run in the goldens venv, with TensorFlow (never importable here).
+collect_ignore = ["tf_fixtures/make_fixtures.py"]
+
 
 def _run(*cmd: str) -> bool:
     return subprocess.run(cmd, capture_output=True).returncode == 0

@@ -15,7 +15,9 @@ Who calls what: ``train.Saver`` calls :func:`write_checkpoint`, then
 :func:`update_checkpoint_state`, then deletes what :class:`CheckpointRetention` returns
 (:func:`remove_checkpoint`). Serving calls :func:`latest_checkpoint` /
 :func:`get_checkpoint_state` and :func:`read_checkpoint` or :class:`CheckpointReader`.
-The layout is specified in docs/checkpoint-format.md.
+The layout is specified in docs/checkpoint-format.md. TF's own V2 checkpoints
+(``<prefix>.index`` + ``<prefix>.data-00000-of-00001``) are read by the same entry points
+and written by :func:`write_tf_checkpoint` (tf_bundle.py).
 
 Example:
     >>> import numpy as np
@@ -53,6 +55,7 @@ from .state import (
     get_checkpoint_state,
     update_checkpoint_state,
 )
+from .tf_bundle import TFBundleReader, is_tf_checkpoint, write_tf_checkpoint
 from .writer import write_checkpoint
 
 __all__ = [
@@ -77,4 +80,7 @@ __all__ = [
     "wait_for_new_checkpoint",
     "sweep_temp_files",
     "CheckpointRetention",
+    "TFBundleReader",
+    "is_tf_checkpoint",
+    "write_tf_checkpoint",
 ]

@@ -8,7 +8,8 @@ ckpts/
   .model.ckpt-1300.h5.tmp-<pid>-<n>   being written; never read
 ```
 
-A checkpoint is named by its prefix; it exists when ``<prefix>.h5`` exists. Nothing here
+A checkpoint is named by its prefix; it exists when ``<prefix>.h5`` exists, or, for TF's
+own checkpoints, ``<prefix>.index`` (see tf_bundle.py). Nothing here
 scans the directory for data files: what the state file names is what counts.
 """
 
@@ -26,6 +27,7 @@ from ._atomic import op_error_from_os_error
 from ._format import data_path
 from .reader import CheckpointReader
 from .state import get_checkpoint_state
+from .tf_bundle import data_file_path, index_path, is_tf_checkpoint
 
 __all__ = [
     "latest_checkpoint",
@@ -63,15 +65,19 @@ def latest_checkpoint(checkpoint_dir: str, latest_filename: str | None = None) -
     state = get_checkpoint_state(checkpoint_dir, latest_filename)
     if state is None or not state.model_checkpoint_path:
         return None
-    if os.path.isfile(data_path(state.model_checkpoint_path)):
+    if checkpoint_exists(state.model_checkpoint_path):
         return state.model_checkpoint_path
     logger.error("Couldn't match files for checkpoint %s", state.model_checkpoint_path)
     return None
 
 
 def checkpoint_exists(checkpoint_prefix: str) -> bool:
-    """True if ``<checkpoint_prefix>.h5`` is a file, as TF1's ``checkpoint_exists``."""
-    return os.path.isfile(data_path(os.fspath(checkpoint_prefix)))
+    """True if ``<checkpoint_prefix>.h5`` (or a TF checkpoint's ``.index``) is a file, as
+    TF1's ``checkpoint_exists``."""
+    prefix = os.fspath(checkpoint_prefix)
+    if is_tf_checkpoint(prefix):
+        return os.path.isfile(index_path(prefix))
+    return os.path.isfile(data_path(prefix))
 
 
 def get_checkpoint_mtimes(checkpoint_prefixes: Iterable[str]) -> list[float]:
@@ -83,7 +89,9 @@ def get_checkpoint_mtimes(checkpoint_prefixes: Iterable[str]) -> list[float]:
     mtimes = []
     for prefix in checkpoint_prefixes:
         try:
-            mtimes.append(os.stat(data_path(os.fspath(prefix))).st_mtime)
+            path = os.fspath(prefix)
+            path = index_path(path) if is_tf_checkpoint(path) else data_path(path)
+            mtimes.append(os.stat(path).st_mtime)
         except OSError:
             continue
     return mtimes
@@ -98,7 +106,17 @@ def remove_checkpoint(checkpoint_prefix: str) -> None:
     Raises:
         PermissionDeniedError, UnknownError: the file exists but could not be removed.
     """
-    path = data_path(os.fspath(checkpoint_prefix))
+    prefix = os.fspath(checkpoint_prefix)
+    if is_tf_checkpoint(prefix):  # TF's two files: the index first, so no reader sees half
+        for path in (index_path(prefix), data_file_path(prefix)):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                logger.warning("Checkpoint %s to remove lacks %s", checkpoint_prefix, path)
+            except OSError as e:
+                raise op_error_from_os_error(e, path, "remove checkpoint") from e
+        return
+    path = data_path(prefix)
     try:
         os.unlink(path)
     except FileNotFoundError:

@@ -24,7 +24,7 @@ import h5py
 import numpy as np
 
 from ..errors import CkptsyncError, CkptsyncRuntimeError, NotFoundError, OpError
-from . import _fast_read, _format
+from . import _fast_read, _format, tf_bundle
 from ._atomic import op_error_from_os_error
 from ._read_io import _FLOAT64, _INT64, _RAW_READS, _ReadIO
 
@@ -55,6 +55,10 @@ def _key_not_found(name: str, path: str) -> OpError:
 class CheckpointReader(_ReadIO):
     """Reads one checkpoint file, as TF1's ``tf.train.NewCheckpointReader``.
 
+    A prefix with ``<prefix>.index`` and no ``<prefix>.h5`` is TF's own (V2) checkpoint:
+    the constructor then returns a :class:`~.tf_bundle.TFBundleReader`, which has the
+    same methods and properties.
+
     Opening reads the root attributes and the index only; listing shapes and dtypes of
     10,000 variables needs no dataset access. Tensors are read on demand.
 
@@ -77,6 +81,13 @@ class CheckpointReader(_ReadIO):
         ...     r.get_variable_to_shape_map()["dense0/w"]
         [64, 128]
     """
+
+    def __new__(cls, prefix: str | os.PathLike[str]) -> Any:
+        # A TF checkpoint (<prefix>.index, no <prefix>.h5) gets TF's reader, which has
+        # this interface; __init__ is then not run (the result is no CheckpointReader).
+        if cls is CheckpointReader and tf_bundle.is_tf_checkpoint(prefix):
+            return tf_bundle.TFBundleReader(prefix)
+        return super().__new__(cls)
 
     def __init__(self, prefix: str | os.PathLike[str]):
         prefix = os.fspath(prefix)
@@ -343,6 +354,8 @@ def read_checkpoint_into(
     if isinstance(names, str):  # one name, not its characters
         names = [names]
     wanted: Sequence[str] | None = None if names is None else list(names)
+    if tf_bundle.is_tf_checkpoint(prefix):
+        return tf_bundle.read_tf_checkpoint(prefix, wanted, allocate, verify)
 
     def outs_for(entries: list[_format.IndexEntry]) -> list[np.ndarray]:
         return allocate([(e.name, e.dtype, e.shape) for e in entries])
