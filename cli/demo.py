@@ -58,6 +58,19 @@ def _model_file(path: str | None) -> str:
     return str(importlib.resources.files("ckptsync.examples") / "digits_mlp.py")
 
 
+def _summary_dirs(summary_dir: str | None, work: str) -> tuple[str | None, dict[str, list[str]]]:
+    """Where both processes write TensorBoard files, and their flags; none (with a note)
+    when the tensorboard package is not installed."""
+    import importlib.util  # deferred: as the other imports of the demo
+
+    if importlib.util.find_spec("tensorboard") is None:
+        click.echo("tensorboard: not installed (pip install 'ckptsync[tensorboard]'); "
+                   "no summaries")
+        return None, {"train": [], "serve": []}
+    root = summary_dir or os.path.join(work, "tensorboard")
+    return root, {run: ["--summary-dir", os.path.join(root, run)] for run in ("train", "serve")}
+
+
 def _wait_port(port_file: str, proc: subprocess.Popen[Any], timeout_s: float) -> int:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -102,10 +115,15 @@ def _stop(proc: subprocess.Popen[Any] | None, timeout_s: float = 20.0) -> int | 
 @click.option("--checkpoint-dir", default=None, type=click.Path(file_okay=False),
               help="A fresh (empty or missing) directory; default: a temporary one.")
 @click.option("--keep", is_flag=True, help="Keep the checkpoint directory and logs.")
+@click.option("--summary-dir", default=None, type=click.Path(file_okay=False),
+              help="TensorBoard event files of both processes go to DIR/train and DIR/serve "
+                   "(default: the work directory's tensorboard/, kept with --keep); open "
+                   "them with tensorboard --logdir DIR.")
 @click.option("--timeout-s", default=600.0, show_default=True,
               type=Real(min=1), help="Give up after this long.")
 def demo(model_path: str | None, steps: int, save_every_steps: int, max_steps_per_s: float,
-         interval_s: float, checkpoint_dir: str | None, keep: bool, timeout_s: float) -> None:
+         interval_s: float, checkpoint_dir: str | None, keep: bool, summary_dir: str | None,
+         timeout_s: float) -> None:
     """Train and serve a digits model (default the MLP) side by side; show the served
     version improving."""
     # Deferred: `ckptsync --help` and the other commands start without these.
@@ -134,6 +152,9 @@ def demo(model_path: str | None, steps: int, save_every_steps: int, max_steps_pe
         x, y = test["x"], test["y"]
         body = {"instances": x.tolist()}
         click.echo(f"checkpoints: {ckpt_dir}\nmodel: {model}\nheld-out digits: {len(y)}")
+        tb_dir, tb_flags = _summary_dirs(summary_dir, work)
+        if tb_dir:
+            click.echo(f"tensorboard: tensorboard --logdir {tb_dir}")
         server_log = open(os.path.join(work, "server.log"), "w")
         logs.append(server_log)
         trainer_log = open(os.path.join(work, "trainer.log"), "w")
@@ -141,13 +162,14 @@ def demo(model_path: str | None, steps: int, save_every_steps: int, max_steps_pe
         server = subprocess.Popen(
             [sys.executable, "-m", "ckptsync.cli.infer", "serve", "--model", model,
              "--checkpoint-dir", ckpt_dir, "--device", "cpu:1", "--port", "0",
-             "--port-file", port_file, "--model-name", "digits"],
+             "--port-file", port_file, "--model-name", "digits", *tb_flags["serve"]],
             stdout=server_log, stderr=subprocess.STDOUT)
         trainer = subprocess.Popen(
             [sys.executable, "-m", "ckptsync.cli.trainer", "run", "--model", model,
              "--data", "digits", "--checkpoint-dir", ckpt_dir, "--device", "cpu:0",
              "--steps", str(steps), "--save-every-steps", str(save_every_steps),
-             "--max-steps-per-s", str(max_steps_per_s), "--log-format", "json"],
+             "--max-steps-per-s", str(max_steps_per_s), "--log-format", "json",
+             *tb_flags["train"]],
             stdout=subprocess.PIPE, stderr=trainer_log, text=True)
         reader = threading.Thread(target=watch.follow, args=(trainer.stdout,), daemon=True)
         reader.start()

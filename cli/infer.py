@@ -130,6 +130,10 @@ def main() -> None:
     help="Most open connections: one more closes the longest-idle one; when all are busy "
     "it is answered only for /healthz and /readyz (503 otherwise).")
 @option(
+    "--summary-dir", type=click.Path(file_okay=False), default=None,
+    help="Write TensorBoard event files here each second: served version, load time, "
+    "publish-to-served delay, requests and errors per second.")
+@option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
     default="info",
@@ -162,6 +166,7 @@ def serve(
     drain_timeout_s: int,
     idle_timeout_s: float,
     max_connections: int,
+    summary_dir: str | None,
     log_level: str,
     intra_op_threads: int,
 ) -> None:
@@ -272,10 +277,21 @@ def serve(
     # installed that ends in a normal exit 0 instead of death by signal.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)
+    summaries = None
+    if summary_dir is not None:
+        from ckptsync.serving.summaries import ServingSummaries  # here for a fast --help
+
+        try:
+            summaries = ServingSummaries(manager, summary_dir, app.state.registry).start()
+        except (ImportError, OSError) as e:  # no tensorboard package; an unwritable dir
+            sock.close()
+            _fail(f"cannot write summaries to --summary-dir {summary_dir}: {e}")
     try:
         asyncio.run(_serve(server, sock, port_file, bound_port, host, name))
     finally:
         sock.close()
+        if summaries is not None:
+            summaries.close()
     if not server.started:
         _fail("the server failed to start (see the log above)")
 

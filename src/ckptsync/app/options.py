@@ -38,6 +38,9 @@ class TrainerOptions:
     eval_every: int = 0
     max_steps_per_s: float | None = None
     async_save: bool = False
+    #: TensorBoard event files of the run go here (None: none are written).
+    summary_dir: str | None = None
+    summary_every_steps: int = 10
 
     def __post_init__(self) -> None:
         if self.steps <= 0:
@@ -62,6 +65,9 @@ class TrainerOptions:
             raise CkptsyncValueError(f"eval_every must be >= 0, got {self.eval_every}.")
         if self.max_steps_per_s is not None and not self.max_steps_per_s > 0:
             raise CkptsyncValueError(f"max_steps_per_s must be > 0, got {self.max_steps_per_s}.")
+        if self.summary_every_steps <= 0:
+            raise CkptsyncValueError(
+                f"summary_every_steps must be > 0, got {self.summary_every_steps}.")
         canonical_device(self.device)
 
     @property

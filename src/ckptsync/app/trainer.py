@@ -35,6 +35,7 @@ from ..train.training_util import get_global_step
 from .data_parallel import DataParallel
 from .hooks import FiniteSaver, LoopHook, PreflightHook, make_evaluator
 from .options import Progress, TrainerOptions, TrainingSummary
+from .summaries import TrainerSummaries
 
 __all__ = ["TrainerOptions", "TrainingSummary", "Progress", "run_training", "resume_point"]
 
@@ -122,22 +123,34 @@ def run_training(opts: TrainerOptions, on_progress: Callable[[Progress], None] |
                              async_save=opts.async_save and par.is_chief)
         graph.add_to_collection(GraphKeys.SAVERS, saver)
         scaffold = Scaffold(saver=saver)
+        tb = TrainerSummaries(opts.summary_dir, graph, opts.summary_every_steps) \
+            if opts.summary_dir and par.is_chief else None
         saver_hook = CheckpointSaverHook(
             opts.checkpoint_dir, save_steps=opts.save_steps, save_secs=opts.save_every_secs,
-            scaffold=scaffold, metadata_fn=lambda: {"data": iterator.position})
-        loop = LoopHook(opts, spec.loss, evaluate, saver_hook, on_progress, stop_event)
+            scaffold=scaffold, metadata_fn=lambda: {"data": iterator.position},
+            listeners=[tb] if tb else None)
+        loop = LoopHook(opts, spec.loss, evaluate, saver_hook,
+                        tb.wrap(on_progress) if tb else on_progress, stop_event)
         preflight = PreflightHook(spec, data.train, opts.data)
         hooks = [*par.hooks(), preflight, NanTensorHook(spec.loss),
-                 *par.chief_only([saver_hook]), loop, StopAtStepHook(last_step=opts.steps)]
+                 *par.chief_only([saver_hook]), loop, StopAtStepHook(last_step=opts.steps),
+                 *(tb.hooks(scaffold) if tb else [])]
         creator = ChiefSessionCreator(
             scaffold=scaffold, checkpoint_dir=opts.checkpoint_dir if resume_path else None,
             checkpoint_filename_with_path=resume_path)
-        with _resumed_session(creator, hooks, resume_path, opts.checkpoint_dir) as sess:
-            train_op = spec.train_op
-            # A run restored at or past --steps trains no further (no extra step).
-            while not sess.should_stop() and loop.start_step < opts.steps:
-                batch = par.shard(next(iterator))
-                sess.run(train_op, feed_dict={feeds[k]: v for k, v in batch.items()})
+        try:
+            with _resumed_session(creator, hooks, resume_path, opts.checkpoint_dir) as sess:
+                train_op = spec.train_op
+                # A run restored at or past --steps trains no further (no extra step).
+                while not sess.should_stop() and loop.start_step < opts.steps:
+                    batch = par.shard(next(iterator))
+                    sess.run(train_op, feed_dict={feeds[k]: v for k, v in batch.items()})
+            if tb:  # the held-out figures of the end (LoopHook.end)
+                tb.scalars(saver_hook.last_saved_step or 0, held_out__loss=loop.eval_loss,
+                           held_out__accuracy=loop.accuracy)
+        finally:
+            if tb:
+                tb.close()
         step = saver_hook.last_saved_step or 0
         return TrainingSummary(
             global_step=step, steps_run=loop.steps_run, final_loss=loop.loss,

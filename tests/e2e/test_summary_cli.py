@@ -1,0 +1,63 @@
+"""`trainer run --summary-dir`: a real trainer process writes event files that
+TensorBoard's own EventAccumulator reads."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from .conftest import MODEL, cli, env
+
+EventAccumulator = pytest.importorskip(
+    "tensorboard.backend.event_processing.event_accumulator").EventAccumulator
+
+
+def test_trainer_writes_loss_speed_held_out_and_checkpoint_time(tmp_path):
+    logdir = tmp_path / "logs" / "train"
+    r = subprocess.run(cli("trainer", "run", "--model", MODEL, "--checkpoint-dir",
+                           str(tmp_path / "c"), "--steps", "60", "--eval-every", "20",
+                           "--save-every-steps", "20", "--summary-dir", str(logdir),
+                           "--summary-every-steps", "10"),
+                       env=env(), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    acc = EventAccumulator(str(logdir))
+    acc.Reload()
+    tags = acc.Tags()
+    assert {"loss", "global_step/sec", "held_out/loss", "held_out/accuracy",
+            "checkpoint/write_secs"} <= set(tags["scalars"])
+    assert tags["graph"]
+    assert [e.step for e in acc.Scalars("loss")] == [10, 20, 30, 40, 50, 60]
+    assert all(e.value > 0 for e in acc.Scalars("global_step/sec"))
+    # Evaluated at 20, 40, 60 and at the end (step 60 again).
+    assert [e.step for e in acc.Scalars("held_out/accuracy")][:3] == [20, 40, 60]
+    assert 0.0 <= acc.Scalars("held_out/accuracy")[-1].value <= 1.0
+    assert [e.step for e in acc.Scalars("checkpoint/write_secs")] == [0, 20, 40, 60]
+    assert all(e.value >= 0 for e in acc.Scalars("checkpoint/write_secs"))
+
+
+def test_trainer_summary_dir_that_is_a_file_fails_cleanly(tmp_path):
+    bad = tmp_path / "file"
+    bad.write_text("x")
+    r = subprocess.run(cli("trainer", "run", "--model", MODEL, "--checkpoint-dir",
+                           str(tmp_path / "c"), "--steps", "5", "--summary-dir", str(bad)),
+                       env=env(), capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert "Traceback" not in r.stderr
+
+
+def test_demo_writes_trainer_and_server_summaries(tmp_path):
+    tb = tmp_path / "tb"
+    r = subprocess.run(
+        cli("main", "demo", "--steps", "200", "--save-every-steps", "50", "--max-steps-per-s",
+            "200", "--interval-s", "0.25", "--checkpoint-dir", str(tmp_path / "ckpts"),
+            "--summary-dir", str(tb)),
+        env=env(), capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"tensorboard --logdir {tb}" in r.stdout
+    train, serve = EventAccumulator(str(tb / "train")), EventAccumulator(str(tb / "serve"))
+    train.Reload()
+    serve.Reload()
+    assert train.Scalars("loss")[-1].step == 200
+    assert max(e.value for e in serve.Scalars("serving/version")) == 200
+    assert max(e.value for e in serve.Scalars("serving/requests_per_sec")) > 0
