@@ -218,3 +218,23 @@ def test_monitored_training_session_restart_continues_with_the_next_batch(tmp_pa
         with tf.train.MonitoredTrainingSession(checkpoint_dir=ckpts) as sess:
             for i in range(6, 10):
                 np.testing.assert_array_equal(sess.run([y, train])[0], ref[i])
+
+
+def test_state_of_flat_map_unbatch_and_generator_round_trips():
+    def gen():
+        yield from range(7)
+
+    with tf.Graph().as_default():
+        a = tf_data.Dataset.range(1, 5).flat_map(lambda n: tf_data.Dataset.range(n))
+        b = tf_data.Dataset.from_generator(gen, tf.int64, []).batch(3).unbatch()
+        it = tf_data.make_one_shot_iterator(tf_data.Dataset.zip((a, b)))
+        nxt = it.get_next()
+        saveable = tf_data.experimental.make_saveable_from_iterator(it)
+        with tf.Session() as sess:
+            for _ in range(4):
+                sess.run(nxt)
+            state = saveable.save_value(sess)
+            rest = [tuple(int(v) for v in e) for e in _all(sess, nxt)]
+            saveable.restore_value(sess, state)
+            assert [tuple(int(v) for v in e) for e in _all(sess, nxt)] == rest
+    assert rest == [(1, 4), (2, 5), (0, 6)]

@@ -135,3 +135,27 @@ def data_slices_first_dims_differ(tf):
 @case
 def data_take_skip_negative(tf):
     return _seq(tf, tf.data.Dataset.range(4).take(-1).skip(0).repeat(1), 4)
+
+
+@case
+def data_flat_map_with_inner_map(tf):
+    ds = tf.data.Dataset.range(1, 4).flat_map(
+        lambda n: tf.data.Dataset.range(n).map(lambda x: x * 10 + n))
+    return _seq(tf, ds.batch(4), 2)
+
+
+@case
+def data_unbatch(tf):
+    ds = tf.data.Dataset.from_tensor_slices(rand(10, 2, 3, 2)).unbatch()
+    return _seq(tf, ds, 6)
+
+
+@case
+def data_from_generator(tf):
+    def gen():
+        for i in range(3):
+            yield np.arange(i, dtype=np.float32), i
+
+    ds = tf.data.Dataset.from_generator(gen, (tf.float32, tf.int64),
+                                        (tf.TensorShape([None]), tf.TensorShape([])))
+    return _seq(tf, ds.padded_batch(2, padded_shapes=([None], [])), 2)

@@ -1,8 +1,7 @@
 """What a ``tf.data`` iterator runs: one node per dataset of the pipeline, each pulling
 elements (flat lists of numpy arrays) from its inputs, and each able to say where it is
 (:meth:`Node.state`) and to go back there (:meth:`Node.restore`), so that an iterator's
-position is saved in a checkpoint (:func:`pack_state` turns a state into one ``uint8``
-array, read back without pickle).
+position is saved in a checkpoint (:mod:`._state`).
 
 A node is made for one pass (one epoch) over its dataset; ``repeat`` makes a new one per
 epoch and tells it the epoch (``epoch``, a tuple: one index per enclosing ``repeat``), so
@@ -11,14 +10,12 @@ that ``shuffle`` draws another order each epoch, deterministically.
 
 from __future__ import annotations
 
-import io
-import json
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-__all__ = ["End", "Node", "pack_state", "unpack_state"]
+__all__ = ["End", "Node"]
 
 Element = list[np.ndarray]
 
@@ -378,53 +375,101 @@ class Cache(Node):
             self.i = int(st["i"])
 
 
-# ------------------------------------------------------------------- state <-> array
-def pack_state(state: Any) -> np.ndarray:
-    """``state`` (lists, dicts, numbers, strings and numpy arrays) as one ``uint8``
-    vector: an ``.npz`` image holding a JSON outline and the arrays."""
-    arrays: list[np.ndarray] = []
+class Generator(Node):
+    """A Python generator's elements; its position is a count (a restore calls the
+    generator again and skips as many)."""
 
-    def walk(x: Any) -> Any:
-        if isinstance(x, np.ndarray):
-            if x.dtype == object:  # tf.string values: bytes objects, stored as 'S'
-                arrays.append(np.array([bytes(b) for b in x.reshape(-1)], "S").reshape(
-                    x.shape))
-                return {"__bytes__": len(arrays) - 1}
-            arrays.append(x)
-            return {"__array__": len(arrays) - 1}
-        if isinstance(x, np.generic):
-            return walk(np.asarray(x))
-        if isinstance(x, dict):
-            return {str(k): walk(v) for k, v in x.items()}
-        if isinstance(x, (list, tuple)):
-            return [walk(v) for v in x]
-        return x
+    def __init__(self, make: Callable[[], Any], convert: Callable[[Any], Element]):
+        self.make, self.convert = make, convert
+        self.it = make()
+        self.n = 0
 
-    outline = json.dumps(walk(state)).encode()
-    buf = io.BytesIO()
-    named: dict[str, Any] = {f"a{i}": a for i, a in enumerate(arrays)}
-    np.savez(buf, outline=np.frombuffer(outline, np.uint8), **named)
-    return np.frombuffer(buf.getvalue(), np.uint8).copy()
+    def next(self, rc: Any) -> Element:
+        try:
+            value = next(self.it)
+        except StopIteration:
+            raise End from None
+        self.n += 1
+        return self.convert(value)
+
+    def state(self) -> Any:
+        return self.n
+
+    def restore(self, st: Any) -> None:
+        self.it, self.n = self.make(), 0
+        for _ in range(int(st)):
+            try:
+                next(self.it)
+            except StopIteration:
+                break
+            self.n += 1
 
 
-def unpack_state(blob: np.ndarray) -> Any:
-    """The state :func:`pack_state` packed. Raises ValueError on a damaged image."""
-    with np.load(io.BytesIO(np.asarray(blob, np.uint8).tobytes()), allow_pickle=False) as z:
-        arrays = {k: z[k] for k in z.files}
-    outline = json.loads(arrays.pop("outline").tobytes().decode())
+class Unbatch(Node):
+    def __init__(self, child: Node):
+        self.child = child
+        self.rows: Element | None = None
+        self.i = 0
 
-    def walk(x: Any) -> Any:
-        if isinstance(x, dict):
-            if set(x) == {"__array__"}:
-                return arrays[f"a{x['__array__']}"]
-            if set(x) == {"__bytes__"}:
-                a = arrays[f"a{x['__bytes__']}"]
-                out = np.empty(a.shape, object)
-                out.reshape(-1)[:] = [bytes(b) for b in a.reshape(-1)]
-                return out
-            return {k: walk(v) for k, v in x.items()}
-        if isinstance(x, list):
-            return [walk(v) for v in x]
-        return x
+    def next(self, rc: Any) -> Element:
+        while self.rows is None or self.i >= len(self.rows[0]):
+            self.rows, self.i = self.child.next(rc), 0
+            if len({len(r) for r in self.rows}) > 1:
+                raise ValueError("Input element must have the same batch size in each "
+                                 "component.")
+        self.i += 1
+        return [np.array(r[self.i - 1]) for r in self.rows]
 
-    return walk(outline)
+    def state(self) -> Any:
+        return [self.child.state(), self.rows, self.i]
+
+    def restore(self, st: Any) -> None:
+        self.child.restore(st[0])
+        self.rows = None if st[1] is None else list(st[1])
+        self.i = int(st[2])
+
+
+class FlatMap(Node):
+    """The elements of a dataset made per input element (``make(rc, element)``)."""
+
+    def __init__(self, child: Node, make: Callable[[Any, Element], Node]):
+        self.child, self.make = child, make
+        self.element: Element | None = None
+        self.cur: Node | None = None
+
+    def next(self, rc: Any) -> Element:
+        while True:
+            if self.cur is None:
+                self.element = self.child.next(rc)
+                self.cur = self.make(rc, self.element)
+            try:
+                return self.cur.next(rc)
+            except End:
+                self.cur = None
+
+    def state(self) -> Any:
+        return [self.child.state(), self.element,
+                None if self.cur is None else self.cur.state()]
+
+    def restore(self, st: Any) -> None:
+        self.child.restore(st[0])
+        self.element = None if st[1] is None else list(st[1])
+        self.cur = None
+        if st[2] is not None and self.element is not None:
+            self.cur = _Deferred(self, self.element, st[2])
+
+
+class _Deferred(Node):
+    """An inner node of :class:`FlatMap` restored before a run context was at hand."""
+
+    def __init__(self, owner: FlatMap, element: Element, st: Any):
+        self.owner, self.element, self.st = owner, element, st
+
+    def next(self, rc: Any) -> Element:
+        node = self.owner.make(rc, self.element)
+        node.restore(self.st)
+        self.owner.cur = node
+        return node.next(rc)
+
+    def state(self) -> Any:
+        return self.st

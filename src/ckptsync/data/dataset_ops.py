@@ -25,9 +25,9 @@ import numpy as np
 
 from .. import dtypes as _dtypes
 from ..errors import CkptsyncTypeError, CkptsyncValueError
-from ..graph import Tensor, get_default_graph
+from ..graph import Tensor
 from ..ops.array_ops import convert_to_tensor
-from ..ops.func_graph import FuncContext, SubGraph, active, flatten, merge_shapes, pack_as
+from ..ops.func_graph import flatten, merge_shapes, pack_as
 from ..ops.random_ops import get_seed
 from ..tensor_shape import TensorShape
 from . import _runtime as rt
@@ -175,7 +175,7 @@ class Dataset:
             n = n if d0 is None else d0
         specs = [TensorSpec(TensorShape(None) if t.shape.dims is None
                             else TensorShape(t.shape.dims[1:]), t.dtype) for t in flat]
-        return _Source(pack_as(structure, specs), flat, "slices")
+        return _k._Source(pack_as(structure, specs), flat, "slices")
 
     @staticmethod
     def from_tensors(tensors: Any) -> Dataset:
@@ -183,7 +183,7 @@ class Dataset:
         structure = _structure_of(tensors, "component")
         flat = flatten(structure)
         specs = [TensorSpec(t.shape, t.dtype) for t in flat]
-        return _Source(pack_as(structure, specs), flat, "tensors")
+        return _k._Source(pack_as(structure, specs), flat, "tensors")
 
     @staticmethod
     def range(*args: Any, output_type: Any = _dtypes.int64) -> Dataset:
@@ -195,7 +195,7 @@ class Dataset:
         vals = [_scalar_arg(a, "range") for a in (start, stop, step)]
         if not isinstance(vals[2], Tensor) and vals[2] == 0:
             raise CkptsyncValueError("range: step must not be zero.")
-        return _Range(TensorSpec([], output_type), vals)
+        return _k._Range(TensorSpec([], output_type), vals)
 
     @staticmethod
     def zip(datasets: Any) -> Dataset:
@@ -204,7 +204,28 @@ class Dataset:
         flat = flatten(datasets)
         if not flat or not all(isinstance(d, Dataset) for d in flat):
             raise CkptsyncTypeError("zip: expected a (nested) structure of datasets.")
-        return _Zip(pack_as(datasets, [d._structure for d in flat]), flat)
+        return _k._Zip(pack_as(datasets, [d._structure for d in flat]), flat)
+
+    @staticmethod
+    def from_generator(generator: Callable[..., Any], output_types: Any, output_shapes: Any = None,
+                       args: Any = None) -> Dataset:
+        """The elements ``generator(*args)`` yields (called anew for each pass), each
+        converted to ``output_types`` (a nest of dtypes) and checked against
+        ``output_shapes``. A saved position is restored by calling the generator again and
+        skipping as many elements (the generator must be deterministic for that).
+
+        Raises:
+            TypeError: ``generator`` is not callable.
+            InvalidArgumentError (when run): an element does not fit the types or shapes.
+        """
+        if not callable(generator):
+            raise CkptsyncTypeError("`generator` must be callable.")
+        types = flatten(output_types)
+        shapes = [TensorShape(None)] * len(types) if output_shapes is None else [
+            TensorShape(x) for x in _k._parallel_leaves(output_types, output_shapes)]
+        structure = pack_as(output_types, [TensorSpec(sh, t) for t, sh in zip(types, shapes)])
+        arg_tensors = [_leaf(a, "arg") for a in (args or ())]
+        return _k._Generator(structure, generator, arg_tensors)
 
     # ------------------------------------------------------------ transformations
     def concatenate(self, dataset: Dataset) -> Dataset:
@@ -219,21 +240,21 @@ class Dataset:
             raise CkptsyncTypeError(
                 f"Incompatible dataset elements: {self._structure} vs. {dataset._structure}")
         specs = [TensorSpec(merge_shapes(x.shape, y.shape), x.dtype) for x, y in zip(a, b)]
-        return _Concat(pack_as(self._structure, specs), [self, dataset])
+        return _k._Concat(pack_as(self._structure, specs), [self, dataset])
 
     def shuffle(self, buffer_size: Any, seed: int | None = None,
                 reshuffle_each_iteration: bool = True) -> Dataset:
         """Elements in a random order from a buffer of ``buffer_size`` (TF's algorithm;
         the order for a seed is deterministic but not TF's own, see the module)."""
         graph_seed, op_seed = get_seed(seed)
-        return _Shuffle(self, _scalar_arg(buffer_size, "buffer_size"), graph_seed, op_seed,
+        return _k._Shuffle(self, _scalar_arg(buffer_size, "buffer_size"), graph_seed, op_seed,
                         bool(reshuffle_each_iteration))
 
     def batch(self, batch_size: Any, drop_remainder: bool = False) -> Dataset:
         """Stacks ``batch_size`` consecutive elements; the last batch is smaller unless
         ``drop_remainder``. Static shapes ``[None, ...]`` (``[batch_size, ...]`` with
         ``drop_remainder`` and an int size)."""
-        return _Batch(self, _scalar_arg(batch_size, "batch_size"), bool(drop_remainder), None,
+        return _k._Batch(self, _scalar_arg(batch_size, "batch_size"), bool(drop_remainder), None,
                       None)
 
     def padded_batch(self, batch_size: Any, padded_shapes: Any = None, padding_values: Any = None,
@@ -246,35 +267,35 @@ class Dataset:
             shapes = [[-1] * len(s.shape.dims or []) for s in specs]
             static = [s.shape for s in specs]
         else:
-            flat_shapes = _parallel_leaves(self._structure, padded_shapes)
+            flat_shapes = _k._parallel_leaves(self._structure, padded_shapes)
             shapes = [[-1 if d is None or d == -1 else int(d) for d in TensorShape(s).as_list()]
                       for s in flat_shapes]
             static = [TensorShape([None if d < 0 else d for d in s]) for s in shapes]
-        pv = _parallel_leaves(self._structure, padding_values) if padding_values is not None \
+        pv = _k._parallel_leaves(self._structure, padding_values) if padding_values is not None \
             else [0] * len(specs)
         pad = [(s, np.asarray(v, sp.dtype.np)) for s, v, sp in zip(shapes, pv, specs)]
-        return _Batch(self, _scalar_arg(batch_size, "batch_size"), bool(drop_remainder), pad,
+        return _k._Batch(self, _scalar_arg(batch_size, "batch_size"), bool(drop_remainder), pad,
                       static)
 
     def repeat(self, count: Any = None) -> Dataset:
         """The elements ``count`` times (None or -1: forever)."""
-        return _Repeat(self, _scalar_arg(count, "count"))
+        return _k._Repeat(self, _scalar_arg(count, "count"))
 
     def take(self, count: Any) -> Dataset:
         """The first ``count`` elements (-1: all)."""
-        return _Count(self, _scalar_arg(count, "count"), rt.Take)
+        return _k._Count(self, _scalar_arg(count, "count"), rt.Take)
 
     def skip(self, count: Any) -> Dataset:
         """All but the first ``count`` elements (-1: none)."""
-        return _Count(self, _scalar_arg(count, "count"), rt.Skip)
+        return _k._Count(self, _scalar_arg(count, "count"), rt.Skip)
 
     def map(self, map_func: Callable[..., Any], num_parallel_calls: Any = None,
             deterministic: Any = None) -> Dataset:
         """``map_func`` (called with the components of a tuple element as arguments, else
         with the element) traced once into the graph, applied to every element.
         ``num_parallel_calls`` is accepted and ignored (elements are mapped in order)."""
-        sub, structure, captures = _trace(map_func, self._structure, "Dataset_map")
-        return _Map(structure, self, sub, captures)
+        sub, structure, captures = _k._trace(map_func, self._structure, "Dataset_map")
+        return _k._Map(structure, self, sub, captures)
 
     def filter(self, predicate: Callable[..., Any]) -> Dataset:
         """The elements for which ``predicate`` (traced as ``map``'s function) is True.
@@ -282,23 +303,38 @@ class Dataset:
         Raises:
             ValueError: ``predicate`` does not return a scalar ``bool`` tensor.
         """
-        sub, structure, captures = _trace(predicate, self._structure, "Dataset_filter")
+        sub, structure, captures = _k._trace(predicate, self._structure, "Dataset_filter")
         flat = flatten(structure)
         if len(flat) != 1 or flat[0].dtype != _dtypes.bool or (
                 flat[0].shape.dims is not None and len(flat[0].shape.dims) != 0):
             raise CkptsyncValueError(
                 f"Invalid `predicate`. `predicate` must return a `tf.bool` scalar tensor, but "
                 f"its return type is {structure}.")
-        return _Filter(self, sub, captures)
+        return _k._Filter(self, sub, captures)
+
+    def flat_map(self, map_func: Callable[..., Any]) -> Dataset:
+        """The elements of the datasets ``map_func`` (traced as ``map``'s function, once)
+        returns for each element, one after the other."""
+        return _k._flat_map(self, map_func)
+
+    def unbatch(self) -> Dataset:
+        """Each element's rows (first dimension) as elements."""
+        specs = self._flat_specs()
+        for s in specs:
+            if s.shape.dims is not None and not s.shape.dims:
+                raise CkptsyncValueError("Cannot unbatch an input with scalar components.")
+        return _k._Unbatch(self, pack_as(self._structure, [TensorSpec(
+            TensorShape(None) if s.shape.dims is None else TensorShape(s.shape.dims[1:]),
+            s.dtype) for s in specs]))
 
     def prefetch(self, buffer_size: Any) -> Dataset:
         """The same elements (ckptsync computes elements when asked: nothing to prefetch)."""
-        return _Same(self)
+        return _k._Same(self)
 
     def cache(self, filename: str = "") -> Dataset:
         """The same elements; the first pass is kept in memory and replayed by later
         passes (``filename`` is accepted; nothing is written to disk)."""
-        return _Cache(self)
+        return _k._Cache(self)
 
     def apply(self, transformation_func: Callable[[Dataset], Dataset]) -> Dataset:
         return transformation_func(self)
@@ -319,182 +355,4 @@ class Dataset:
         return make_initializable_iterator(self, shared_name)
 
 
-def _parallel_leaves(structure: Any, value: Any) -> list[Any]:
-    """The parts of ``value`` (nested as ``structure``) at ``structure``'s leaves."""
-    if isinstance(structure, dict):
-        return [x for k in sorted(structure) for x in _parallel_leaves(structure[k], value[k])]
-    if isinstance(structure, tuple):
-        return [x for s, v in zip(structure, value) for x in _parallel_leaves(s, v)]
-    return [value]
-
-
-def _trace(fn: Callable[..., Any], structure: Any, what: str
-           ) -> tuple[SubGraph, Any, list[Tensor]]:
-    """``fn`` traced over ``_Arg``s of ``structure``: the sub-graph, the result's
-    structure of :class:`TensorSpec`, and the outside tensors it captured."""
-    if not callable(fn):
-        raise CkptsyncTypeError(f"{what}: expected a function, got {fn!r}.")
-    g = get_default_graph()
-    ctx = FuncContext(g, arg_name="arg")
-    with g.name_scope(f"{what}_{_safe(getattr(fn, '__name__', 'fn'))}"), active(ctx):
-        specs = flatten(structure)
-        args = [ctx.arg(s.dtype, s.shape) for s in specs]
-        element = pack_as(structure, args)
-        res = fn(*element) if type(element) is tuple else fn(element)
-        if isinstance(res, list):
-            res = tuple(res)
-        res = _structure_of(res, "result")
-        outs = [ctx.capture(t) for t in flatten(res)]
-    out_structure = pack_as(res, [TensorSpec(t.shape, t.dtype) for t in outs])
-    return SubGraph(ctx, args, outs), out_structure, [t for t, _ in ctx.captures]
-
-
-def _runner(sub: SubGraph, captures: list[Tensor], env: Env
-            ) -> Callable[[Any, rt.Element], rt.Element]:
-    cap = [env.values[id(t)] for t in captures]
-
-    def run(rc: Any, element: rt.Element) -> rt.Element:
-        outs, _ = sub.run(rc, [*element, *cap])
-        return [np.asarray(o) for o in outs]
-
-    return run
-
-
-class _Source(Dataset):
-    def __init__(self, structure: Any, flat: list[Tensor], kind: str):
-        super().__init__(structure, [], flat)
-        self._flat, self._kind = flat, kind
-
-    def _node(self, env: Env, epoch: tuple[int, ...]) -> rt.Node:
-        arrays = [np.asarray(env.values[id(t)]) for t in self._flat]
-        if self._kind == "tensors":
-            return rt.Tensors(arrays)
-        n = {len(a) for a in arrays}
-        if len(n) > 1:
-            raise ValueError(f"TensorSliceDataset: all components must have the same size in "
-                             f"the first dimension, got {sorted(n)}.")
-        return rt.Slices(arrays)
-
-
-class _Range(Dataset):
-    def __init__(self, spec: TensorSpec, vals: list[Any]):
-        super().__init__(spec, [], vals)
-        self._vals = vals
-
-    def _node(self, env: Env, epoch: tuple[int, ...]) -> rt.Node:
-        start, stop, step = (env.scalar(v) for v in self._vals)
-        if step == 0:
-            raise ValueError("RangeDataset: step must not be zero.")
-        return rt.Range(start, stop, step, self._structure.dtype.np)
-
-
-class _Zip(Dataset):
-    def _node(self, env: Env, epoch: tuple[int, ...]) -> rt.Node:
-        return rt.Zip([d._node(env, epoch) for d in self._inputs])
-
-    def __init__(self, structure: Any, inputs: list[Dataset]):
-        super().__init__(structure, inputs, [])
-
-
-class _Concat(Dataset):
-    def __init__(self, structure: Any, inputs: list[Dataset]):
-        super().__init__(structure, inputs, [])
-
-    def _node(self, env: Env, epoch: tuple[int, ...]) -> rt.Node:
-        def maker(d: Dataset) -> Callable[[], rt.Node]:
-            return lambda: d._node(env, epoch)
-
-        return rt.Concat([maker(d) for d in self._inputs])
-
-
-class _Shuffle(Dataset):
-    def __init__(self, inp: Dataset, size: Any, graph_seed: int | None, op_seed: int | None,
-                 reshuffle: bool):
-        super().__init__(inp._structure, [inp], [size])
-        self._size, self._seeds, self._reshuffle = size, (graph_seed, op_seed), reshuffle
-
-    def _node(self, env: Env, epoch: tuple[int, ...]) -> rt.Node:
-        size = env.scalar(self._size)
-        if size <= 0:
-            raise ValueError("ShuffleDataset: buffer_size must be greater than zero.")
-        gs, os_ = self._seeds
-        if gs is None and os_ is None:
-            base = env.shared.setdefault(("entropy", id(self)),
-                                         [int(np.random.SeedSequence().generate_state(1)[0])])
-        else:
-            base = [int(gs or 0), int(os_ or 0)]
-        seed = [*base, *epoch] if self._reshuffle else base
-        return rt.Shuffle(self._inputs[0]._node(env, epoch), size, seed)
-
-
-class _Batch(Dataset):
-    def __init__(self, inp: Dataset, size: Any, drop: bool, pad: Any, static: Any):
-        n = size if drop and not isinstance(size, Tensor) else None
-        shapes = static if static is not None else [s.shape for s in inp._flat_specs()]
-        specs = [TensorShape(None) if s.dims is None else TensorShape([n, *s.dims])
-                 for s in shapes]
-        super().__init__(pack_as(inp._structure, [
-            TensorSpec(sh, sp.dtype) for sh, sp in zip(specs, inp._flat_specs())]), [inp], [size])
-        self._size, self._drop, self._pad = size, drop, pad
-
-    def _node(self, env: Env, epoch: tuple[int, ...]) -> rt.Node:
-        size = env.scalar(self._size)
-        if size <= 0:
-            raise ValueError("BatchDataset: batch_size must be greater than zero.")
-        return rt.Batch(self._inputs[0]._node(env, epoch), size, self._drop, "BatchDataset",
-                        self._pad)
-
-
-class _Repeat(Dataset):
-    def __init__(self, inp: Dataset, count: Any):
-        super().__init__(inp._structure, [inp], [count])
-        self._count = count
-
-    def _node(self, env: Env, epoch: tuple[int, ...]) -> rt.Node:
-        inp = self._inputs[0]
-        return rt.Repeat(lambda e: inp._node(env, (*epoch, e)), env.scalar(self._count))
-
-
-class _Count(Dataset):
-    def __init__(self, inp: Dataset, count: Any, kind: type):
-        super().__init__(inp._structure, [inp], [count])
-        self._count, self._kind = count, kind
-
-    def _node(self, env: Env, epoch: tuple[int, ...]) -> rt.Node:
-        return self._kind(self._inputs[0]._node(env, epoch), env.scalar(self._count))
-
-
-class _Map(Dataset):
-    def __init__(self, structure: Any, inp: Dataset, sub: SubGraph, captures: list[Tensor]):
-        super().__init__(structure, [inp], captures)
-        self._sub, self._captures = sub, captures
-
-    def _node(self, env: Env, epoch: tuple[int, ...]) -> rt.Node:
-        return rt.Map(self._inputs[0]._node(env, epoch), _runner(self._sub, self._captures, env))
-
-
-class _Filter(Dataset):
-    def __init__(self, inp: Dataset, sub: SubGraph, captures: list[Tensor]):
-        super().__init__(inp._structure, [inp], captures)
-        self._sub, self._captures = sub, captures
-
-    def _node(self, env: Env, epoch: tuple[int, ...]) -> rt.Node:
-        run = _runner(self._sub, self._captures, env)
-        return rt.Filter(self._inputs[0]._node(env, epoch), lambda rc, e: bool(run(rc, e)[0]))
-
-
-class _Same(Dataset):
-    def __init__(self, inp: Dataset):
-        super().__init__(inp._structure, [inp], [])
-
-    def _node(self, env: Env, epoch: tuple[int, ...]) -> rt.Node:
-        return self._inputs[0]._node(env, epoch)
-
-
-class _Cache(Dataset):
-    def __init__(self, inp: Dataset):
-        super().__init__(inp._structure, [inp], [])
-
-    def _node(self, env: Env, epoch: tuple[int, ...]) -> rt.Node:
-        store = env.shared.setdefault(("cache", id(self)), {})
-        return rt.Cache(lambda: self._inputs[0]._node(env, epoch), store)
+from . import _kinds as _k  # noqa: E402 - its datasets subclass Dataset

@@ -30,6 +30,7 @@ from ..ops.array_ops import placeholder
 from ..ops.func_graph import BLOB, flatten, pack_as
 from ..ops.registry import make_op, register, single
 from . import _runtime as rt
+from . import _state
 from .dataset_ops import Dataset, Env, TensorSpec
 
 __all__ = ["Iterator", "make_one_shot_iterator", "make_initializable_iterator",
@@ -52,7 +53,7 @@ def _start(ctx: Any, op: Operation, handle: str, dataset: Dataset, values: tuple
 
 def _restore(op: Operation, node: rt.Node, blob: Any) -> None:
     try:
-        node.restore(rt.unpack_state(blob))
+        node.restore(_state.unpack_state(blob))
     except (ValueError, KeyError, IndexError, TypeError, AssertionError) as e:
         raise InvalidArgumentError(
             None, op, f"The iterator state for {op.inputs[0].op.name} does not fit this "
@@ -94,7 +95,7 @@ def _serialize_kernel(ctx: Any, op: Operation, handle: Any) -> np.ndarray:
     node = ctx.resources.get(handle)
     if node is None:
         raise FailedPreconditionError(None, op, _NOT_INITIALIZED)
-    return rt.pack_state(node.state())
+    return _state.pack_state(node.state())
 
 
 @register("DeserializeIterator", kind="stateful")
