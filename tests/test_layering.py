@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, ...]] = [
         "ckptsync.gradients", "ckptsync.model_spec", "ckptsync.nn", "ckptsync.ops",
         "ckptsync.session", "ckptsync.indexed_slices", "ckptsync.contrib", "ckptsync.graph_keys", "ckptsync.math", "ckptsync.linalg",
         "ckptsync.summary", "ckptsync.data",
-        "ckptsync.losses", "ckptsync.metrics",
+        "ckptsync.losses", "ckptsync.metrics", "ckptsync.layers",
     ),
     # The package's own __init__: curated re-exports of the runtime (subpackages above
     # it load lazily through its __getattr__).

@@ -18,7 +18,7 @@ Example:
 
 import importlib as _importlib
 
-from . import contrib, dtypes, errors, linalg, math, nn  # noqa: F401
+from . import contrib, dtypes, errors, layers, linalg, math, nn  # noqa: F401
 from . import losses  # noqa: F401
 from . import metrics  # noqa: F401
 from .device import DeviceSpec  # noqa: F401
