@@ -329,3 +329,42 @@ def layers_bad_duplicate_name(tf):
     tf.layers.dense(x, 2, name="twice")
     tf.layers.dense(x, 2, name="twice")
     return {"feeds": {}, "fetch": {}}
+
+
+@case
+def layers_conv2d_transpose(tf):
+    im = tf.placeholder(tf.float32, [None, 3, 4, 2], name="im")
+    a = tf.layers.conv2d_transpose(im, 3, 3, strides=2,
+                                   kernel_initializer=tf.constant_initializer(rand(40, 3, 3, 3, 2)),
+                                   bias_initializer=tf.constant_initializer(0.2))
+    b = tf.layers.conv2d_transpose(im, 2, [2, 3], strides=[2, 1], padding="same",
+                                   kernel_initializer=tf.constant_initializer(rand(41, 2, 3, 2, 2)))
+    return {"feeds": {im: rand(42, 2, 3, 4, 2)}, "init": True, "fetch": {"a": a, "b": b},
+            "grads": ("a", [im] + tf.trainable_variables()[:2]),
+            "names": _shapes(tf) + [a.op.name, b.op.name]}
+
+
+@case
+def layers_auto_reuse_and_custom_layer(tf):
+    x = tf.placeholder(tf.float32, [None, 3], name="x")
+    ones = tf.ones_initializer()
+    y1 = tf.layers.dense(x, 2, name="auto", reuse=tf.AUTO_REUSE, kernel_initializer=ones)
+    y2 = tf.layers.dense(x * 3.0, 2, name="auto", reuse=tf.AUTO_REUSE)
+
+    class Scale(tf.layers.Layer):
+        def build(self, input_shape):
+            self.w = self.add_weight("w", [int(input_shape[-1])],
+                                     initializer=tf.constant_initializer(1.5))
+            self.c = self.add_weight("count", [], initializer=tf.zeros_initializer(),
+                                     trainable=False)
+            self.built = True
+
+        def call(self, inputs):
+            return inputs * self.w + self.c
+
+    layer = Scale()
+    s = layer(x)
+    names = [layer.name, y1.op.name, y2.op.name, s.op.name] + [
+        v.name for v in layer.trainable_variables + layer.non_trainable_variables]
+    return {"feeds": {x: rand(43, 2, 3)}, "init": True, "fetch": {"y2": y2, "s": s},
+            "names": _shapes(tf) + _collections(tf) + names, "grads": ("s", [x, layer.w])}

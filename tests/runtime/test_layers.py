@@ -60,7 +60,8 @@ def test_layer_object_shares_variables_across_calls():
     a = layer(tf.placeholder(tf.float32, [None, 3]))
     b = layer.apply(tf.placeholder(tf.float32, [5, 3]))
     assert layer.variables == [layer.kernel, layer.bias] == tf.global_variables()
-    assert layer.trainable_variables == layer.variables and layer.name == "dense"
+    assert layer.trainable_variables == layer.variables and layer.name == "dense_1"
+    assert layer.scope_name == "dense"
     assert a.op.name == "dense/Relu" and b.shape.as_list() == [5, 2]
     frozen = tf.layers.Dense(2, trainable=False)
     frozen(tf.placeholder(tf.float32, [None, 3]))

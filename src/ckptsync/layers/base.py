@@ -46,7 +46,7 @@ def _unique_layer_name(base: str) -> str:
     uids = _NAME_UIDS.setdefault(get_default_graph(), {})
     n = uids.get(base, 0)
     uids[base] = n + 1
-    return base if n == 0 else f"{base}_{n}"
+    return f"{base}_{n + 1}"  # one-based, as the legacy layers' keras uid map
 
 
 def _add_to_collection(items: list[Any], key: str) -> None:
@@ -100,7 +100,9 @@ class Layer:
 
     Args:
         trainable: whether its trainable weights go to ``TRAINABLE_VARIABLES``.
-        name: the layer's name (the default is its snake-case class name, made unique).
+        name: the layer's name (default: its snake-case class name numbered from 1 in
+            the graph, ``dense_1``, ``dense_2``, as TF1, while its variable scope is
+            ``dense``, ``dense_1``).
         dtype: of its variables; by default the dtype of its first input.
 
     Attributes:
@@ -245,6 +247,8 @@ class Layer:
         elif all(w is not v for w in self._non_trainable_weights):
             self._non_trainable_weights.append(v)
         return v
+
+    add_variable = add_weight
 
     def __call__(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
         """Builds the layer on its first call, then runs :meth:`call` on ``inputs``

@@ -13,8 +13,9 @@ from typing import Any
 from ..errors import CkptsyncValueError
 from ..graph import Tensor, name_scope
 from ..initializers import zeros_initializer
-from ..ops.array_ops import expand_dims, squeeze, transpose
+from ..ops.array_ops import expand_dims, shape, squeeze, transpose
 from ..ops.conv_ops import conv2d as _nn_conv2d
+from ..ops.conv_ops import conv2d_transpose as _nn_conv2d_transpose
 from ..ops.nn_ops import bias_add
 from ..ops.pool_ops import avg_pool, max_pool
 from .base import InputSpec, Layer, as_tuple, data_format_of, padding_of
@@ -269,3 +270,82 @@ def average_pooling1d(inputs: Any, pool_size: Any, strides: Any, padding: str = 
                       data_format: str = "channels_last", name: str | None = None) -> Tensor:
     """1-D average pooling, as ``tf.layers.average_pooling1d``."""
     return AveragePooling1D(pool_size, strides, padding, data_format, name=name).apply(inputs)
+
+
+class Conv2DTranspose(Conv2D):
+    """Transposed 2-D convolution, as ``tf.layers.Conv2DTranspose``: inputs
+    ``[batch, h, w, C]``, kernel ``[kh, kw, filters, C]``, output
+    ``[batch, h * stride + max(kh - stride, 0), ..., filters]`` (``"valid"``) or
+    ``[batch, h * stride, w * stride, filters]`` (``"same"``); a
+    ``Conv2DBackpropInput`` op (``conv2d_transpose``).
+
+    Raises:
+        ValueError: input rank other than 4, unknown channels, a ``dilation_rate`` other
+            than 1 (not supported here).
+    """
+
+    def __init__(self, filters: int, kernel_size: Any, strides: Any = (1, 1),
+                 padding: str = "valid", data_format: str = "channels_last",
+                 **kwargs: Any):
+        super().__init__(filters, kernel_size, strides=strides, padding=padding,
+                         data_format=data_format, **kwargs)
+        if max(self.dilation_rate) > 1:
+            raise CkptsyncValueError("Conv2DTranspose: dilation_rate > 1 is not supported by "
+                                     "ckptsync.")
+
+    def build(self, input_shape: Any) -> None:
+        c = input_shape.as_list()[self._channel_axis()]
+        if c is None:
+            raise CkptsyncValueError("The channel dimension of the inputs to `Conv2DTranspose` "
+                                     f"should be defined. Found `None`: {input_shape}")
+        self.input_spec = InputSpec(ndim=4, axes={self._channel_axis(): c})
+        self.kernel = self.add_weight("kernel", [*self.kernel_size, self.filters, c],
+                                      initializer=self.kernel_initializer,
+                                      regularizer=self.kernel_regularizer,
+                                      constraint=self.kernel_constraint, trainable=True)
+        if self.use_bias:
+            self.bias = self.add_weight("bias", [self.filters], initializer=self.bias_initializer,
+                                        regularizer=self.bias_regularizer,
+                                        constraint=self.bias_constraint, trainable=True)
+        self.built = True
+
+    def _conv(self, x: Tensor) -> Tensor:
+        dyn = shape(x)
+        dims = x.shape.as_list()
+        out: list[Any] = [dyn[0]]
+        for i, (k, s) in enumerate(zip(self.kernel_size, self.strides)):
+            n = dims[1 + i]
+            size = n if n is not None else dyn[1 + i]
+            out.append(size * s + max(k - s, 0) if self.padding == "VALID" else size * s)
+        out.append(self.filters)
+        return _nn_conv2d_transpose(x, self.kernel, out, strides=[1, *self.strides, 1],
+                                padding=self.padding, name="conv2d_transpose")
+
+
+Convolution2DTranspose = Conv2DTranspose
+
+
+def conv2d_transpose(inputs: Any, filters: int, kernel_size: Any, strides: Any = (1, 1),
+                     padding: str = "valid", data_format: str = "channels_last",
+                     activation: Any = None, use_bias: bool = True, kernel_initializer: Any = None,
+                     bias_initializer: Any = None, kernel_regularizer: Any = None,
+                     bias_regularizer: Any = None, activity_regularizer: Any = None,
+                     kernel_constraint: Any = None, bias_constraint: Any = None,
+                     trainable: bool = True, name: str | None = None, reuse: Any = None
+                     ) -> Tensor:
+    """A transposed 2-D convolution layer, as ``tf.layers.conv2d_transpose`` (see
+    :class:`Conv2DTranspose`)."""
+    layer = Conv2DTranspose(filters, kernel_size, strides=strides, padding=padding,
+                            data_format=data_format, activation=activation, use_bias=use_bias,
+                            kernel_initializer=kernel_initializer,
+                            bias_initializer=bias_initializer,
+                            kernel_regularizer=kernel_regularizer,
+                            bias_regularizer=bias_regularizer,
+                            activity_regularizer=activity_regularizer,
+                            kernel_constraint=kernel_constraint,
+                            bias_constraint=bias_constraint, trainable=trainable, name=name,
+                            _reuse=reuse, _scope=name)
+    return layer.apply(inputs)
+
+
+__all__ += ["Conv2DTranspose", "Convolution2DTranspose", "conv2d_transpose"]
