@@ -216,7 +216,7 @@ def flatten(inputs: Any, outputs_collections: Any = None, scope: str | None = No
 def _flatten_op(t: Tensor) -> Tensor:
     dims = t.shape.as_list()
     if all(d is not None for d in dims[1:]):
-        return reshape(t, [-1, int(np.prod(dims[1:]))])
+        return reshape(t, [-1, math.prod(int(d or 0) for d in dims[1:])])
     return reshape(t, [shape(t)[0], -1])
 
 

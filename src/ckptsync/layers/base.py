@@ -130,11 +130,12 @@ class Layer:
         self._non_trainable_weights: list[Any] = []
         self._losses: list[Tensor] = []
         self._updates: list[Any] = []
+        self._name: str
         if isinstance(name, VariableScope):
             base = name.name
             self._name = _unique_layer_name(to_snake_case(type(self).__name__))
         elif name:
-            base, self._name = name, name
+            base = self._name = str(name)
         else:
             self._name = _unique_layer_name(to_snake_case(type(self).__name__))
             base = to_snake_case(type(self).__name__)
@@ -195,7 +196,9 @@ class Layer:
     def build(self, input_shape: Any) -> None:
         self.built = True
 
-    def call(self, inputs: Tensor, **kwargs: Any) -> Any:
+    def call(self, inputs: Any) -> Any:
+        """The layer's computation (subclasses override it; extra keyword arguments such
+        as ``training`` come from the call)."""
         return inputs
 
     def add_loss(self, losses: Any, inputs: Any = None) -> None:

@@ -75,7 +75,7 @@ class Dense(Layer):
     def call(self, inputs: Tensor) -> Tensor:
         if inputs.dtype.base_dtype != self.kernel.dtype.base_dtype:
             inputs = cast(inputs, self.kernel.dtype.base_dtype)
-        rank = inputs.shape.ndims
+        rank = int(inputs.shape.ndims or 0)
         if rank == 2:
             out = matmul(inputs, self.kernel)
         else:

@@ -159,7 +159,7 @@ class BatchNormalization(Layer):
         return out
 
     def _plain_call(self, x: Tensor, training: Any) -> Tensor:
-        nd = x.shape.ndims
+        nd = int(x.shape.ndims or 0)
         axes = [i for i in range(nd) if i != self._axis]
         shape = [1] * nd
         shape[self._axis] = self.moving_mean.shape.as_list()[0]
