@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import ckptsync as tf
+from ckptsync.datasets import load_digits
 from ckptsync.errors import CkptsyncValueError
 
 
@@ -202,7 +203,7 @@ def test_bad_inputs_name_the_layer():
 
 
 def test_tf_layers_cnn_trains_on_digits():
-    data = tf.data.load_digits()
+    data = load_digits()
     xtr, ytr = data.train["x"], data.train["y"]
     xte, yte = data.test["x"], data.test["y"]
     tf.set_random_seed(0)
