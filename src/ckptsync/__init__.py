@@ -18,9 +18,17 @@ Example:
 
 import importlib as _importlib
 
-from . import contrib, dtypes, errors, layers, linalg, math, nn  # noqa: F401
-from . import losses  # noqa: F401
-from . import metrics  # noqa: F401
+from . import (  # noqa: F401
+    contrib,
+    dtypes,
+    errors,
+    layers,
+    linalg,
+    losses,  # noqa: F401
+    math,
+    metrics,  # noqa: F401
+    nn,
+)
 from .device import DeviceSpec  # noqa: F401
 from .dtypes import (  # noqa: F401
     DType,
