@@ -82,6 +82,18 @@ METRICS = {
     "auc_majoring": lambda tf, b: tf.metrics.auc(b["l"], b["p"], summation_method="majoring"),
     "auc_given_thresholds": lambda tf, b: tf.metrics.auc(b["l"], b["p"],
                                                          thresholds=[0.7, 0.2, 0.5]),
+    "precision_at_thresholds": lambda tf, b: tf.metrics.precision_at_thresholds(
+        b["l"], b["p"], [0.1, 0.5, 0.8], weights=b["w"]),
+    "recall_at_thresholds": lambda tf, b: tf.metrics.recall_at_thresholds(
+        b["l"], b["p"], [0.3, 0.6]),
+    "true_positives_at_thresholds": lambda tf, b: tf.metrics.true_positives_at_thresholds(
+        b["l"], b["p"], [0.3, 0.6]),
+    "false_negatives_at_thresholds": lambda tf, b: tf.metrics.false_negatives_at_thresholds(
+        b["l"], b["p"], [0.3, 0.6], weights=b["w"]),
+    "false_positives_at_thresholds": lambda tf, b: tf.metrics.false_positives_at_thresholds(
+        b["l"], b["p"], [0.5]),
+    "true_negatives_at_thresholds": lambda tf, b: tf.metrics.true_negatives_at_thresholds(
+        b["l"], b["p"], [0.5, 0.9]),
     "mean_squared_error": lambda tf, b: tf.metrics.mean_squared_error(b["v"], b["p"]),
     "mean_squared_error_weighted": lambda tf, b: tf.metrics.mean_squared_error(
         b["v"], b["p"], weights=b["w"]),
@@ -129,7 +141,7 @@ def metric_reset_by_local_init(tf):
         advance = tf.assign_add(step, 1)
     init = tf.local_variables_initializer()
     return {"feeds": {}, "init": True, "before": [(init, 1), (advance, 2), (init, 1)],
-            "fetch": {"acc": acc, "update": update}}
+            "fetch": {"update": update}}  # not with acc: TF orders the two either way
 
 
 @case
@@ -153,3 +165,40 @@ def metric_accuracy_shape_mismatch_raises(tf):
 def metric_auc_bad_curve_raises(tf):
     return {"feeds": {}, "fetch": {"a": tf.metrics.auc(tf.constant([True]), tf.constant([0.5]),
                                                         curve="XY")[0]}}
+
+
+@case
+def metric_auc_constant_out_of_range_raises(tf):
+    return {"feeds": {}, "fetch": {"a": tf.metrics.auc(tf.constant([True, False]),
+                                                        tf.constant([0.2, 1.5]))[1]}}
+
+
+@case
+def metric_auc_fed_out_of_range_not_checked(tf):
+    """TF's run-time range assertion is not attached to float32 predictions: none here."""
+    x = tf.placeholder(tf.float32, [None], name="x")
+    lb = tf.placeholder(tf.bool, [None], name="lb")
+    value, update = tf.metrics.auc(lb, x)
+    return {"feeds": {x: np.array([0.2, 1.5, 0.7], np.float32),
+                      lb: np.array([True, False, True])},
+            "before": [(tf.local_variables_initializer(), 1), (update, 2)],
+            "fetch": {"value": value}}
+
+
+@case
+def metric_fed_batch_updated_three_times(tf):
+    """The runner's ``before`` with feeds: one fed batch (unknown batch size) counted three
+    times, every metric at once."""
+    p = tf.placeholder(tf.float32, [None], name="p")
+    lb = tf.placeholder(tf.bool, [None], name="lb")
+    w = tf.placeholder(tf.float32, [None], name="w")
+    ms = {"acc": tf.metrics.accuracy(lb, p > 0.5, weights=w),
+          "auc": tf.metrics.auc(lb, p, weights=w),
+          "prec": tf.metrics.precision(lb, p > 0.4),
+          "rec": tf.metrics.recall(lb, p > 0.4, weights=w),
+          "rmse": tf.metrics.root_mean_squared_error(tf.cast(lb, tf.float32), p),
+          "mean": tf.metrics.mean(p, weights=w)}
+    updates = tf.group(*[u for _, u in ms.values()])
+    return {"feeds": {p: PROBS[1], lb: LABELS[1], w: WEIGHTS[0]},
+            "before": [(tf.local_variables_initializer(), 1), (updates, 3)],
+            "fetch": {k: v for k, (v, _) in ms.items()}}

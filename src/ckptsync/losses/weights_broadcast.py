@@ -3,9 +3,10 @@
 
 ``weights`` may be a scalar, or have the rank of the values with each dimension 1 or the
 values' own (``[batch, 1]`` for losses of ``[batch, 3]``). Shapes known when the graph is
-built are checked then (``ValueError``, as TF); dimensions unknown until run time are
-left to the multiply's broadcasting (TF adds an ``Assert``; here a mismatch that numpy
-cannot broadcast fails the run, one it can broadcast is not caught).
+built are checked then (``ValueError``, as TF); dimensions unknown until run time meet
+numpy's broadcasting in the multiply (TF's rule, except that a size-1 values dim is not
+refused when it stretches to the weights'); a rank unknown
+at build time is not checked (TF adds an ``Assert`` that it is 0 or the values').
 """
 
 from __future__ import annotations

@@ -23,9 +23,19 @@ from .means import (  # noqa: F401
     metric_variable,
     root_mean_squared_error,
 )
+from .thresholds import (  # noqa: F401
+    false_negatives_at_thresholds,
+    false_positives_at_thresholds,
+    precision_at_thresholds,
+    recall_at_thresholds,
+    true_negatives_at_thresholds,
+    true_positives_at_thresholds,
+)
 
 __all__ = [
     "accuracy", "auc", "false_negatives", "false_positives", "mean", "mean_absolute_error",
     "mean_squared_error", "precision", "recall", "root_mean_squared_error", "true_negatives",
-    "true_positives",
+    "true_positives", "precision_at_thresholds", "recall_at_thresholds",
+    "true_positives_at_thresholds", "false_positives_at_thresholds",
+    "false_negatives_at_thresholds", "true_negatives_at_thresholds",
 ]

@@ -17,10 +17,11 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes as _dtypes
-from ..errors import CkptsyncValueError
+from ..errors import CkptsyncValueError, InvalidArgumentError
 from ..graph import Tensor
 from ..losses.weights_broadcast import broadcast_weights
 from ..ops.array_ops import constant, ones_like, reshape
+from ..ops.const_fold import constant_value
 from ..ops.elementwise_ops import div_no_nan, logical_and, logical_not
 from ..ops.math_ops import (
     add,
@@ -46,13 +47,33 @@ _EPSILON = 1.0e-6
 _METHODS = ("trapezoidal", "careful_interpolation", "minoring", "majoring")
 
 
+def _check_range(predictions: Tensor) -> None:
+    """TF checks ``0 <= predictions <= 1`` only where the values are known when the graph
+    is built (its run-time assertion is not attached to float32 predictions): as here."""
+    known = constant_value(predictions)
+    if known is not None and known.size and not ((known >= 0) & (known <= 1)).all():
+        raise InvalidArgumentError(None, None, "predictions must be in [0, 1]: "
+                                   f"{predictions.name} = {known}")
+
+
 def confusion_at_thresholds(labels: Any, predictions: Any, thresholds: list[float],
-                            weights: Any = None) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
-    """Per-threshold ``tp``/``fn``/``tn``/``fp`` variables and their update ops, as TF1's
-    ``_confusion_matrix_at_thresholds`` (predictions ``> threshold`` count as positive;
-    labels cast to bool; weights broadcast to the predictions)."""
+                            weights: Any = None,
+                            includes: tuple[str, ...] = ("tp", "fn", "tn", "fp")
+                            ) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    """Per-threshold ``tp``/``fn``/``tn``/``fp`` variables (those in ``includes``) and
+    their update ops, as TF1's ``_confusion_matrix_at_thresholds`` (predictions
+    ``> threshold`` count as positive; labels cast to bool; weights broadcast to the
+    predictions).
+
+    Raises:
+        ValueError: a key of ``includes`` that is none of the four.
+    """
+    for key in includes:
+        if key not in ("tp", "fn", "tn", "fp"):
+            raise CkptsyncValueError(f"Invalid key: {key}")
     predictions, labels, weights = prepare(cast(predictions, _dtypes.float32),
                                            cast(labels, _dtypes.bool), weights)
+    _check_range(predictions)
     n = len(thresholds)
     preds_row = reshape(predictions, [1, -1])  # [1, N]
     labels_row = reshape(labels, [1, -1])
@@ -72,6 +93,8 @@ def confusion_at_thresholds(labels: Any, predictions: Any, thresholds: list[floa
     values: dict[str, Tensor] = {}
     updates: dict[str, Tensor] = {}
     for key, (name, lab, pred) in cases.items():
+        if key not in includes:
+            continue
         var = metric_variable([n], _dtypes.float32, name=name)
         hit = cast(logical_and(lab, pred), _dtypes.float32)
         if w_row is not None:
