@@ -76,4 +76,17 @@ def test_monitored_training_session_summary_dir(tmp_path):
     acc, steps = _scalars(logdir)
     assert steps == [1, 6, 11]
     assert acc.Scalars("loss")[0].value == pytest.approx(1.0)
+    # StepCounterHook (log_step_count_steps=100) had no second trigger in 11 steps.
+    assert "global_step/sec" not in acc.Tags()["scalars"]
     assert not list((tmp_path / "ckpt").glob("events.out.tfevents.*"))
+
+
+def test_step_counter_hook_writes_global_step_per_sec(tmp_path):
+    """As TF1: first trigger at step 1 (no figure yet), then at 3, 5, 7."""
+    gs, train = _model()
+    hook = tf.train.StepCounterHook(every_n_steps=2, output_dir=str(tmp_path))
+    with tf.train.MonitoredSession(hooks=[hook]) as sess:
+        for _ in range(7):
+            sess.run(train)
+    acc, steps = _scalars(tmp_path, "global_step/sec")
+    assert steps == [3, 5, 7] and all(e.value > 0 for e in acc.Scalars("global_step/sec"))

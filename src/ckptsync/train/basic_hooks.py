@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import summary as _summary
 from ..errors import CkptsyncRuntimeError, CkptsyncValueError
 from ..graph import GraphKeys, get_default_graph
 from .session_run_hook import SessionRunArgs, SessionRunContext, SessionRunHook, SessionRunValues
@@ -345,7 +346,10 @@ class NanTensorHook(SessionRunHook):
 
 
 class StepCounterHook(SessionRunHook):
-    """Measures global steps per second; ``steps_per_sec`` holds the last figure."""
+    """Measures global steps per second; ``steps_per_sec`` holds the last figure. With
+    ``output_dir`` (a writer of its own, closed in ``end``) or ``summary_writer`` (a
+    ``cs.summary.FileWriter``, flushed in ``end``) each figure is also written as the
+    scalar ``global_step/sec``, as TF1."""
 
     def __init__(self, every_n_steps: int | None = 100, every_n_secs: float | None = None,
                  output_dir: str | None = None, summary_writer: Any = None):
@@ -354,22 +358,39 @@ class StepCounterHook(SessionRunHook):
                 "exactly one of every_n_steps and every_n_secs should be provided.")
         self._timer = SecondOrStepTimer(every_steps=every_n_steps, every_secs=every_n_secs)
         self.steps_per_sec: float | None = None
+        self._output_dir, self._writer, self._own_writer = output_dir, summary_writer, False
 
     def begin(self) -> None:
         self._global_step_tensor = get_global_step()
         if self._global_step_tensor is None:
             raise CkptsyncRuntimeError("Global step should be created to use StepCounterHook.")
+        if self._writer is None and self._output_dir:
+            self._writer = _summary.FileWriter(self._output_dir)
+            self._own_writer = True
+
+    def end(self, session: Any) -> None:
+        if self._writer is not None:
+            (self._writer.close if self._own_writer else self._writer.flush)()
 
     def before_run(self, run_context: SessionRunContext) -> SessionRunArgs:
         return SessionRunArgs(self._global_step_tensor)
 
     def after_run(self, run_context: SessionRunContext, run_values: SessionRunValues) -> None:
-        step = int(run_values.results)
+        stale = int(run_values.results)
+        if not self._timer.should_trigger_for_step(stale + 1):
+            return
+        # As TF1: the step after this run, read again (another hook may have moved it).
+        step = int(run_context.session.run(self._global_step_tensor))
         if self._timer.should_trigger_for_step(step):
             secs, steps = self._timer.update_last_triggered_step(step)
             if secs is not None and steps is not None and secs > 0:
                 self.steps_per_sec = steps / secs
-                log.debug("%s/sec: %g", self._global_step_tensor.op.name, self.steps_per_sec)
+                tag = f"{self._global_step_tensor.op.name}/sec"
+                log.debug("%s: %g", tag, self.steps_per_sec)
+                if self._writer is not None:
+                    cls = _summary.Summary
+                    self._writer.add_summary(
+                        cls(value=[cls.Value(tag=tag, simple_value=self.steps_per_sec)]), step)
 
 
 class FinalOpsHook(SessionRunHook):

@@ -368,7 +368,7 @@ def MonitoredTrainingSession(  # noqa: N802 - TF's name
     all_hooks.extend(chief_only_hooks or [])
     if log_step_count_steps and log_step_count_steps > 0 and (summary_dir or checkpoint_dir):
         all_hooks.append(StepCounterHook(every_n_steps=log_step_count_steps,
-                                         output_dir=summary_dir or checkpoint_dir))
+                                         output_dir=summary_dir))
     if summary_dir and ((save_summaries_steps and save_summaries_steps > 0)
                         or (save_summaries_secs and save_summaries_secs > 0)):
         all_hooks.append(SummarySaverHook(save_steps=save_summaries_steps,
