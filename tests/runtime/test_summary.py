@@ -68,10 +68,15 @@ def test_collections_argument_and_merge_all():
     assert [(v.tag, v.simple_value) for v in s.value] == [("a", 1.0)]
 
 
-@pytest.mark.parametrize("key", ["w", "e"])
+@pytest.mark.parametrize("key", ["w", "e", "r"])
 def test_histogram_matches_tf(key):
-    values = [0.0, 1.0, 1.5, -2.0, 1e-13, 3.0] if key == "w" else np.zeros([0], np.float32)
-    op = tf.summary.histogram(key, tf.constant(values, tf.float64 if key == "w" else None))
+    if key == "w":
+        values = tf.constant([0.0, 1.0, 1.5, -2.0, 1e-13, 3.0], tf.float64)
+    elif key == "e":
+        values = tf.zeros([0])
+    else:
+        values = tf.constant(np.random.RandomState(1).randn(1000).astype(np.float32) * 10)
+    op = tf.summary.histogram(key, values)
     with tf.Session() as sess:
         histo = tf.Summary.FromString(sess.run(op)).value[0].histo
     ref = REF[key]
@@ -99,11 +104,14 @@ def test_histogram_nan_and_merge_duplicates_raise_as_tf1():
         tf.summary.image("i", tf.zeros([4, 5, 3]))
 
 
-@pytest.mark.parametrize("key", ["f", "p", "u"])
+@pytest.mark.parametrize("key", ["f", "p", "u", "n"])
 def test_image_pixels_match_tf(key):
+    """Float images scaled as TF1 (all >= 0; mixed signs; a NaN pixel red), uint8 as is."""
     from PIL import Image
 
-    data = np.array(REF[f"img{key}"], dtype=np.uint8 if key == "u" else np.float32)
+    raw = np.array(REF[f"img{key}"], dtype=object)
+    data = np.where(raw == None, np.nan, raw).astype(  # noqa: E711 - JSON null is NaN
+        np.uint8 if key == "u" else np.float32)
     op = tf.summary.image(key, data)
     with tf.Session() as sess:
         values = tf.Summary.FromString(sess.run(op)).value
