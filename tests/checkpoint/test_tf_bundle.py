@@ -8,6 +8,9 @@ here without it.
   every numeric dtype TF variables take, scalars, an empty ``[0, 3]`` tensor, an 8 KiB
   variable, names with slashes, a slot beside its variable, ``global_step`` = 7), with
   ``tf_values.npz``: each tensor as TF's own ``NewCheckpointReader`` returned it.
+- ``tf_fixtures/tf_partitioned/``: a ``[300, 2]`` variable TF saved in 3 parts
+  (``fixed_size_partitioner``; parts under TF's binary slice keys) beside a plain one,
+  with ``tf_values.npz`` as TF read them back (whole).
 - ``tf_fixtures/ours/model.ckpt-3.*``: written by ckptsync (``python
   tests/checkpoint/test_tf_bundle.py`` reruns :func:`make_ours`: a ckptsync ``Saver``
   saves an HDF5 checkpoint, ``ckptsync convert`` turns it into TF's format). When the
@@ -34,6 +37,7 @@ import ckptsync as cs
 from ckptsync import checkpoint as ckpt
 from ckptsync.checkpoint import _sstable
 from ckptsync.checkpoint._tf_protos import BundleEntryProto, BundleHeaderProto
+from ckptsync.checkpoint._tf_slices import decode_slice_key
 from ckptsync.checkpoint.tf_bundle import TFBundleReader, data_file_path
 from ckptsync.cli.main import main
 from ckptsync.errors import DataLossError, NotFoundError, UnimplementedError
@@ -148,6 +152,32 @@ def test_inspect_cli_lists_a_tf_checkpoint() -> None:
     assert "2147483647" in result.stdout and "-2147483648" in result.stdout
 
 
+def test_partitioned_variable_is_read_whole_from_its_parts(tmp_path: Path) -> None:
+    prefix = FIXTURES / "tf_partitioned" / "model.ckpt-1"
+    with np.load(prefix.parent / "tf_values.npz") as f:
+        expected = {k: f[k] for k in f.files}
+    assert ckpt.list_variables(str(prefix)) == [("emb", [300, 2]), ("plain", [2])]
+    got = ckpt.read_checkpoint(str(prefix))
+    for name, want in expected.items():
+        np.testing.assert_array_equal(got[name], want)
+    # A part that fails its crc32c is named with its variable.
+    for f in prefix.parent.iterdir():
+        shutil.copy(f, tmp_path / f.name)
+    _damage(tmp_path / "model.ckpt-1.data-00000-of-00001", 1000)
+    with pytest.raises(DataLossError, match="'emb': crc32c checksum mismatch"):
+        ckpt.load_variable(str(tmp_path / "model.ckpt-1"), "emb")
+
+
+def test_slice_keys_decode_as_tf_encodes_them() -> None:
+    assert decode_slice_key(b"\x00emb\x00\x01\x01\x02\xc0d\xc0d\x80\x82") == (
+        "emb", ((100, 100), (0, 2)))
+    assert decode_slice_key(b"\x00a\x00\xffb\x00\x01\x01\x01\x80\x7f") == (
+        "a\x00b", ((0, -1),))  # an escaped NUL; length -1: the whole dim
+    for bad in (b"\x00emb", b"\x00emb\x00\x01\x01\x02\x80", b"\x01x\x00\x01\x00"):
+        with pytest.raises(ValueError):
+            decode_slice_key(bad)
+
+
 # -- converting -----------------------------------------------------------------------
 def test_convert_tf_to_h5_and_back_gives_tf_s_bytes(tmp_path: Path) -> None:
     runner = CliRunner()
@@ -221,10 +251,10 @@ def test_crc_masking_round_trips() -> None:
 
 
 # -- damaged files --------------------------------------------------------------------
-def _copy(tmp_path: Path) -> Path:
-    for f in TF_MIXED.iterdir():
+def _copy(tmp_path: Path, src: Path = TF_PREFIX) -> Path:
+    for f in src.parent.iterdir():
         shutil.copy(f, tmp_path / f.name)
-    return tmp_path / "model.ckpt-7"
+    return tmp_path / src.name
 
 
 def _damage(path: Path, at: int, flip: int = 0xFF) -> None:
@@ -257,14 +287,15 @@ def test_truncated_index_is_data_loss(tmp_path: Path, cut: int) -> None:
         ckpt.NewCheckpointReader(str(prefix))
 
 
-def test_every_flipped_index_byte_is_data_loss(tmp_path: Path) -> None:
-    prefix = _copy(tmp_path)
+@pytest.mark.parametrize("src", [TF_PREFIX, FIXTURES / "tf_partitioned" / "model.ckpt-1"])
+def test_every_flipped_index_byte_is_data_loss(tmp_path: Path, src: Path) -> None:
+    prefix = _copy(tmp_path, src)
     good = _index(prefix).read_bytes()
     for at in range(len(good)):
         raw = bytearray(good)
         raw[at] ^= 0x55
         _index(prefix).write_bytes(bytes(raw))
-        with pytest.raises((DataLossError, UnimplementedError), match="model.ckpt-7"):
+        with pytest.raises((DataLossError, UnimplementedError), match=src.name):
             with ckpt.NewCheckpointReader(str(prefix)) as reader:
                 for name in reader.get_variable_to_shape_map():
                     reader.get_tensor(name)

@@ -14,8 +14,9 @@ a ``.index`` and no ``.h5`` (:func:`is_tf_checkpoint`), so ``Saver.restore``,
 ``NewCheckpointReader``, ``list_variables``, ``init_from_checkpoint`` and ``ckptsync
 inspect`` read TF checkpoints. :func:`write_tf_checkpoint` writes one TF's Saver restores.
 
-Not supported (refused with a clear error): string tensors, partitioned (sliced)
-variables, big-endian bundles, compressed tables.
+A partitioned variable (saved in parts by a partitioner) is read whole, from its parts.
+Not supported (refused with a clear error): string tensors, big-endian bundles,
+compressed tables.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from . import _format
 from ._atomic import op_error_from_os_error, publish
 from ._sstable import TableError, build_table, crc32c, mask_crc, read_table, unmask_crc
 from ._tf_protos import DATA_TYPES, BundleEntryProto, BundleHeaderProto
+from ._tf_slices import decode_slice_key
 
 __all__ = ["TFBundleReader", "is_tf_checkpoint", "index_path", "data_file_path",
            "write_tf_checkpoint", "read_tf_checkpoint"]
@@ -85,12 +87,16 @@ def is_tf_checkpoint(prefix: str | os.PathLike[str]) -> bool:
 
 
 class _Entry:
-    __slots__ = ("name", "dtype", "dt_code", "shape", "shard", "offset", "size", "crc")
+    __slots__ = ("name", "dtype", "dt_code", "shape", "shard", "offset", "size", "crc",
+                 "slices")
 
     def __init__(self, name: str, proto: Any, dtype: np.dtype, shape: tuple[int, ...]):
         self.name, self.dtype, self.dt_code, self.shape = name, dtype, proto.dtype, shape
         self.shard, self.offset, self.size = proto.shard_id, proto.offset, proto.size
         self.crc = unmask_crc(proto.crc32c)
+        # A partitioned variable: its parts' extents ((start, length) per dim).
+        self.slices = [tuple((int(e.start), int(e.length) if e.HasField("length") else -1)
+                             for e in s.extent) for s in proto.slices]
 
 
 class TFBundleReader:
@@ -106,7 +112,7 @@ class TFBundleReader:
         NotFoundError: no ``.index`` file ("Failed to find any matching files for P").
         PermissionDeniedError: the file cannot be opened.
         DataLossError: a malformed index (naming it), or an entry that does not fit.
-        UnimplementedError: partitioned variables, a big-endian or newer bundle.
+        UnimplementedError: a big-endian or newer bundle.
 
     Example:
         >>> with TFBundleReader("tf_ckpts/model.ckpt-7") as r:  # doctest: +SKIP
@@ -140,8 +146,17 @@ class TFBundleReader:
             raise self._loss(f"the header says num_shards = {header.num_shards}")
         self._num_shards = header.num_shards
         self._index: dict[str, _Entry] = {}
+        self._parts: dict[tuple[str, tuple[tuple[int, int], ...]], _Entry] = {}
         for key, value in items[1:]:
             self._add_entry(key, value)
+        for entry in self._index.values():
+            for extents in entry.slices:
+                part = self._parts.get((entry.name, extents))
+                want = tuple(d if n < 0 else n for (_, n), d in zip(extents, entry.shape))
+                if part is None or len(extents) != len(entry.shape) or part.shape != want \
+                        or part.dt_code != entry.dt_code:
+                    raise self._loss(f"the part {list(extents)} of the partitioned variable "
+                                     "is missing or does not fit", entry.name)
         step = self._index.get("global_step")
         self._global_step: int | None = None
         if step is not None and step.shape == () and step.dtype.kind in "iu":
@@ -187,15 +202,19 @@ class TFBundleReader:
         return msg
 
     def _add_entry(self, key: bytes, value: bytes) -> None:
+        extents = None
         try:
-            name = key.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise self._loss(f"tensor name {key!r} is not UTF-8") from e
+            if key[:1] == b"\0":  # a part of a partitioned variable (TF's slice key)
+                name, extents = decode_slice_key(key)
+            else:
+                name = key.decode("utf-8")
+        except ValueError as e:  # UnicodeDecodeError included
+            raise self._loss(f"tensor key {key!r} is neither a UTF-8 name nor a slice key "
+                             f"({e})") from e
         proto = self._parse(BundleEntryProto, value, f"the entry of tensor {name!r}")
-        if proto.slices:
-            raise UnimplementedError(None, None, (
-                f"TF checkpoint {self._path}: tensor {name!r} is a partitioned variable "
-                f"({len(proto.slices)} slices); partitioned variables are not supported"))
+        if proto.slices and proto.dtype == _STRING:
+            raise UnimplementedError(None, None, f"TF checkpoint {self._path}: tensor "
+                                     f"{name!r} is a partitioned string tensor")
         if proto.shape.unknown_rank or any(d.size < 0 for d in proto.shape.dim):
             raise self._loss("the shape is unknown or negative", name)
         shape = tuple(int(d.size) for d in proto.shape.dim)
@@ -206,10 +225,15 @@ class TFBundleReader:
             raise self._loss(f"shard {proto.shard_id} of {self._num_shards}", name)
         if proto.offset < 0 or proto.size < 0:
             raise self._loss(f"negative offset {proto.offset} or size {proto.size}", name)
-        if dtype is not None and proto.size != int(np.prod(shape)) * dtype.itemsize:
+        if dtype is not None and not proto.slices and \
+                proto.size != int(np.prod(shape)) * dtype.itemsize:
             raise self._loss(f"size {proto.size} bytes does not hold {dtype.name} "
                              f"{list(shape)}", name)
-        self._index[name] = _Entry(name, proto, dtype or _OBJECT, shape)
+        entry = _Entry(name, proto, dtype or _OBJECT, shape)
+        if extents is not None:
+            self._parts[(name, extents)] = entry
+        else:
+            self._index[name] = entry
 
     def _data_fd(self, shard: int) -> tuple[int, str]:
         path = data_file_path(self._prefix, shard, self._num_shards)
@@ -283,8 +307,20 @@ class TFBundleReader:
             raise UnimplementedError(None, None, (
                 f"TF checkpoint {self._path}: tensor {name!r} is a string tensor; "
                 "ckptsync reads numeric and bool tensors only"))
-        fd, path = self._data_fd(entry.shard)
         arr = np.empty(entry.shape, entry.dtype) if out is None else out
+        if entry.slices:  # a partitioned variable: its parts, each checked, into place
+            for extents in entry.slices:
+                part = self._read(self._parts[(name, extents)], name, verify)
+                arr[tuple(slice(0, None) if n < 0 else slice(a, a + n)
+                          for a, n in extents)] = part
+            return arr
+        return self._read(entry, name, verify, arr)
+
+    def _read(self, entry: _Entry, name: str, verify: bool,
+              arr: np.ndarray | None = None) -> np.ndarray:
+        fd, path = self._data_fd(entry.shard)
+        if arr is None:
+            arr = np.empty(entry.shape, entry.dtype)
         buf = memoryview(arr.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
         try:
             got = os.preadv(fd, [buf], entry.offset) if entry.size else 0
@@ -338,7 +374,7 @@ class TFBundleReader:
     @property
     def nbytes(self) -> int:
         """Total bytes of all tensors' data."""
-        return sum(e.size for e in self._index.values())
+        return sum(e.size for e in self._index.values()) + sum(p.size for p in self._parts.values())
 
 
 def read_tf_checkpoint(prefix: str | os.PathLike[str], names: Iterable[str] | None = None,

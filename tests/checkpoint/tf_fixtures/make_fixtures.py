@@ -10,6 +10,9 @@ dtypes, scalars, an empty tensor, an 8 KiB variable, names with slashes, a slot 
 its variable, ``global_step``) and ``tf_mixed/tf_values.npz``: every tensor as TF's own
 ``NewCheckpointReader`` reads it back.
 
+``write-partitioned``: ``tf_partitioned/model.ckpt-1``, a partitioned variable (see
+:func:`write_partitioned`).
+
 ``read-ours``: TF reads ``ours/model.ckpt-3`` (written by ckptsync's ``write_tf_checkpoint``,
 see the test) with ``tf.train.list_variables``, ``NewCheckpointReader`` and a
 ``Saver.restore`` into a graph of matching variables, and writes ``ours/tf_read.json``.
@@ -68,6 +71,26 @@ def write():
         f.write(state.replace(out + os.sep, ""))
 
 
+def write_partitioned():
+    """tf_partitioned/model.ckpt-1: a variable split in 3 by a partitioner (its slices
+    are stored under binary keys) beside an ordinary one; tf_values.npz as TF reads it."""
+    out = os.path.join(HERE, "tf_partitioned")
+    os.makedirs(out, exist_ok=True)
+    with tf.Graph().as_default():
+        part = tf.get_variable(
+            "emb", initializer=tf.constant(np.arange(300 * 2, dtype=np.float32).reshape(300, 2)),
+            partitioner=tf.fixed_size_partitioner(3))
+        plain = tf.get_variable("plain", initializer=tf.constant([1.0, 2.0]))
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            tf.train.Saver().save(sess, os.path.join(out, "model.ckpt"), global_step=1,
+                                  write_meta_graph=False, write_state=False)
+        del part, plain
+    reader = tf.train.NewCheckpointReader(os.path.join(out, "model.ckpt-1"))
+    np.savez(os.path.join(out, "tf_values.npz"),
+             **{k: reader.get_tensor(k) for k in reader.get_variable_to_shape_map()})
+
+
 def read_ours():
     prefix = os.path.join(HERE, "ours", "model.ckpt-3")
     listed = tf.train.list_variables(prefix)
@@ -90,4 +113,5 @@ def read_ours():
 
 
 if __name__ == "__main__":
-    {"write": write, "read-ours": read_ours}[sys.argv[1]]()
+    {"write": write, "write-partitioned": write_partitioned,
+     "read-ours": read_ours}[sys.argv[1]]()
