@@ -368,3 +368,22 @@ def layers_auto_reuse_and_custom_layer(tf):
         v.name for v in layer.trainable_variables + layer.non_trainable_variables]
     return {"feeds": {x: rand(43, 2, 3)}, "init": True, "fetch": {"y2": y2, "s": s},
             "names": _shapes(tf) + _collections(tf) + names, "grads": ("s", [x, layer.w])}
+
+
+@case
+def layers_under_name_scopes(tf):
+    x = tf.placeholder(tf.float32, [None, 3], name="x")
+    layer = tf.layers.Dense(2, kernel_initializer=tf.ones_initializer())
+    with tf.name_scope("foo"):
+        a = layer(x)
+        b = tf.layers.batch_normalization(a, training=True)
+    with tf.name_scope("bar"):
+        c = layer(x * 2.0)
+        d = tf.layers.dropout(c, 0.5, training=False)
+    with tf.variable_scope("vs"):
+        with tf.name_scope("inner"):
+            e = tf.layers.conv2d(tf.reshape(x, [-1, 1, 3, 1]), 1, [1, 2], name="cv",
+                                 kernel_initializer=tf.ones_initializer())
+    names = [t.op.name for t in (a, b, c, d, e)] + [layer.name, layer.scope_name]
+    return {"feeds": {x: rand(44, 2, 3)}, "init": True, "fetch": {"b": b, "d": d, "e": e},
+            "names": _shapes(tf) + _collections(tf) + names}
