@@ -227,6 +227,9 @@ def test_state_of_flat_map_unbatch_and_generator_round_trips():
     with tf.Graph().as_default():
         a = tf_data.Dataset.range(1, 5).flat_map(lambda n: tf_data.Dataset.range(n))
         b = tf_data.Dataset.from_generator(gen, tf.int64, []).batch(3).unbatch()
+        c = tf_data.Dataset.range(3).interleave(
+            lambda n: tf_data.Dataset.range(n * 10, n * 10 + 3), cycle_length=2, block_length=2)
+        b = tf_data.Dataset.zip((b, c)).map(lambda u, v: u * 1000 + v)
         it = tf_data.make_one_shot_iterator(tf_data.Dataset.zip((a, b)))
         nxt = it.get_next()
         saveable = tf_data.experimental.make_saveable_from_iterator(it)
@@ -237,4 +240,4 @@ def test_state_of_flat_map_unbatch_and_generator_round_trips():
             rest = [tuple(int(v) for v in e) for e in _all(sess, nxt)]
             saveable.restore_value(sess, state)
             assert [tuple(int(v) for v in e) for e in _all(sess, nxt)] == rest
-    assert rest == [(1, 4), (2, 5), (0, 6)]
+    assert rest == [(1, 4002), (2, 5012), (0, 6020)]

@@ -159,3 +159,10 @@ def data_from_generator(tf):
     ds = tf.data.Dataset.from_generator(gen, (tf.float32, tf.int64),
                                         (tf.TensorShape([None]), tf.TensorShape([])))
     return _seq(tf, ds.padded_batch(2, padded_shapes=([None], [])), 2)
+
+
+@case
+def data_interleave_cycle_and_block(tf):
+    ds = tf.data.Dataset.range(1, 5).interleave(
+        lambda n: tf.data.Dataset.from_tensors(n).repeat(n), cycle_length=2, block_length=2)
+    return _seq(tf, ds.batch(4), 3)

@@ -13,6 +13,7 @@ from ..errors import CkptsyncTypeError
 from ..graph import Tensor, get_default_graph
 from ..ops.func_graph import FuncContext, SubGraph, active, flatten, pack_as
 from ..tensor_shape import TensorShape
+from . import _nested as nested
 from . import _runtime as rt
 from .dataset_ops import Dataset, Env, TensorSpec, _safe, _structure_of
 
@@ -219,7 +220,7 @@ class _Generator(Dataset):
                 out.append(a)
             return out
 
-        return rt.Generator(lambda: iter(self._gen(*args)), convert)
+        return nested.Generator(lambda: iter(self._gen(*args)), convert)
 
 
 class _Unbatch(Dataset):
@@ -227,13 +228,15 @@ class _Unbatch(Dataset):
         super().__init__(structure, [inp], [])
 
     def _node(self, env: Env, epoch: tuple[int, ...]) -> rt.Node:
-        return rt.Unbatch(self._inputs[0]._node(env, epoch))
+        return nested.Unbatch(self._inputs[0]._node(env, epoch))
 
 
 class _FlatMap(Dataset):
-    def __init__(self, inp: Dataset, inner: Dataset, sub: SubGraph, captures: list[Tensor]):
-        super().__init__(inner._structure, [inp], captures)
+    def __init__(self, inp: Dataset, inner: Dataset, sub: SubGraph, captures: list[Tensor],
+                 cycle: Any = None, block: Any = 1):
+        super().__init__(inner._structure, [inp], [*captures, cycle, block])
         self._inner, self._sub, self._captures = inner, sub, captures
+        self._cycle, self._block = cycle, block
 
     def _node(self, env: Env, epoch: tuple[int, ...]) -> rt.Node:
         run = _runner(self._sub, self._captures, env)
@@ -243,12 +246,19 @@ class _FlatMap(Dataset):
             values = run(rc, element)
             return inner._node(Env({id(t): v for t, v in zip(tensors, values)}), epoch)
 
-        return rt.FlatMap(self._inputs[0]._node(env, epoch), make)
+        if self._cycle is None:
+            return nested.FlatMap(self._inputs[0]._node(env, epoch), make)
+        cycle, block = env.scalar(self._cycle), env.scalar(self._block)
+        if cycle <= 0 or block <= 0:
+            raise ValueError("InterleaveDataset: cycle_length and block_length must be "
+                             "positive.")
+        return nested.Interleave(self._inputs[0]._node(env, epoch), make, cycle, block)
 
 
-def _flat_map(ds: Dataset, fn: Callable[..., Any]) -> Dataset:
-    """``ds.flat_map(fn)``: ``fn`` traced once; the sub-graph computes the tensors the
-    returned dataset reads, from the element."""
+def _flat_map(ds: Dataset, fn: Callable[..., Any], cycle: Any = None, block: Any = 1
+              ) -> Dataset:
+    """``ds.flat_map(fn)`` (``interleave`` with a ``cycle``): ``fn`` traced once; the
+    sub-graph computes the tensors the returned dataset reads, from the element."""
     holder: list[Dataset] = []
 
     def traced(*element: Any) -> Any:
@@ -259,5 +269,6 @@ def _flat_map(ds: Dataset, fn: Callable[..., Any]) -> Dataset:
         holder.append(inner)
         return tuple(inner._all_tensors())
 
-    sub, _, captures = _trace(traced, ds._structure, "Dataset_flat_map")
-    return _FlatMap(ds, holder[0], sub, captures)
+    what = "Dataset_flat_map" if cycle is None else "Dataset_interleave"
+    sub, _, captures = _trace(traced, ds._structure, what)
+    return _FlatMap(ds, holder[0], sub, captures, cycle, block)

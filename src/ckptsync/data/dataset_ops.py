@@ -317,6 +317,17 @@ class Dataset:
         returns for each element, one after the other."""
         return _k._flat_map(self, map_func)
 
+    def interleave(self, map_func: Callable[..., Any], cycle_length: Any = None,
+                   block_length: Any = 1, num_parallel_calls: Any = None,
+                   deterministic: Any = None) -> Dataset:
+        """TF's interleave: ``cycle_length`` of the datasets ``map_func`` returns open at
+        once, ``block_length`` elements from each in turn (TF's order). The default
+        ``cycle_length`` (TF: AUTOTUNE, the number of CPU cores) is 1 here."""
+        cycle = 1 if cycle_length is None or (not isinstance(cycle_length, Tensor)
+                                              and int(cycle_length) == -1) else cycle_length
+        return _k._flat_map(self, map_func, _scalar_arg(cycle, "cycle_length"),
+                            _scalar_arg(block_length, "block_length"))
+
     def unbatch(self) -> Dataset:
         """Each element's rows (first dimension) as elements."""
         specs = self._flat_specs()
