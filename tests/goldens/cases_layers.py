@@ -4,8 +4,10 @@ collections, forward values with constant initializers, gradients, batch-norm tr
 inference and its moving averages after update steps, regularization losses. See
 :mod:`cases`.
 
-TensorFlow 2.16+ keeps ``tf.compat.v1.layers`` in the ``tf-keras`` package: regenerate
-with ``tf-keras`` installed in the goldens venv and ``TF_USE_LEGACY_KERAS=1`` set.
+TensorFlow 2.16+ keeps ``tf.compat.v1.layers`` in the ``tf-keras`` package (without it
+every case records an AttributeError): regenerate with ``tf-keras`` of TF's version in
+the goldens venv (or ``pip install --no-deps --target DIR tf-keras==2.21.0`` and
+``PYTHONPATH=DIR``) and ``TF_USE_LEGACY_KERAS=1 scripts/make-goldens layers``.
 Regularizers are written as the lambdas ``tf.contrib.layers`` returns (TF 2 has no
 contrib).
 """
@@ -387,3 +389,22 @@ def layers_under_name_scopes(tf):
     names = [t.op.name for t in (a, b, c, d, e)] + [layer.name, layer.scope_name]
     return {"feeds": {x: rand(44, 2, 3)}, "init": True, "fetch": {"b": b, "d": d, "e": e},
             "names": _shapes(tf) + _collections(tf) + names}
+
+
+@case
+def layers_batch_norm_unfused_4d(tf):
+    return _bn(tf, [3, 2, 2, 3], 45, True, fused=False, momentum=0.6)
+
+
+@case
+def layers_batch_norm_float16(tf):
+    x = tf.placeholder(tf.float16, [4, 2, 2, 3], name="x")
+    y = tf.layers.batch_normalization(x, training=True, momentum=0.5)
+    # (The unfused float16 path rounds some outputs 1 ulp away from TF's; not compared.)
+    ups = tf.get_collection(tf.GraphKeys.UPDATE_OPS)
+    fetch = {"y": y}
+    for v in tf.global_variables():
+        fetch[v.op.name] = v.read_value() if hasattr(v, "read_value") else v
+    return {"feeds": {x: (rand(46, 4, 2, 2, 3) * 2).astype(np.float16)}, "init": True,
+            "fetch": fetch, "before": [(tf.group(*ups), 2)],
+            "names": _shapes(tf) + [v.dtype.base_dtype.name for v in tf.global_variables()]}
