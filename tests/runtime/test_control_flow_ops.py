@@ -15,6 +15,7 @@ import ckptsync as cs
 from ckptsync.errors import InvalidArgumentError
 from ckptsync.ops.func_graph import flatten
 from ckptsync.ops.registry import make_op, register, registered_types
+from tests.gradcheck import check_case, check_gradients, numeric_gradient
 
 RNG = np.random.default_rng(7)
 CALLS: list[str] = []
@@ -47,36 +48,10 @@ def counted(x, tag):
                    attrs={"tag": tag}).outputs[0]
 
 
-def _numeric(f, x, eps=1e-6):
-    grad = np.zeros_like(x)
-    for i in np.ndindex(*x.shape):
-        old = x[i]
-        x[i] = old + eps
-        hi = f()
-        x[i] = old - eps
-        lo = f()
-        x[i] = old
-        grad[i] = (hi - lo) / (2 * eps)
-    return grad
-
-
-def _check_grads(loss, xs, feed, sess, tol=1e-5):
-    got = sess.run(cs.gradients(loss, xs), feed)
-    for x, g in zip(xs, got):
-        want = _numeric(lambda: float(sess.run(loss, feed)), feed[x])
-        np.testing.assert_allclose(g, want, rtol=tol, atol=tol, err_msg=x.name)
-
-
 @pytest.mark.parametrize("name", sorted(GRAD_CASES))
 def test_grad_cases_central_differences(name):
     build, gens = GRAD_CASES[name]
-    g = cs.Graph()
-    with g.as_default():
-        values = [gen(shape) for gen, shape in gens]
-        phs = [cs.placeholder(cs.float64, v.shape) for v in values]
-        y = build(*phs)
-        loss = cs.reduce_sum(y * RNG.normal(size=y.shape.as_list()))
-        _check_grads(loss, phs, dict(zip(phs, values)), cs.Session())
+    check_case(build, gens, RNG, rtol=1e-5, atol=1e-5, name=name)
 
 
 # ----------------------------------------------------------------------- cond
@@ -163,7 +138,7 @@ def test_cond_gradient_central_differences(taken):
         loss = cs.reduce_sum(out * cs.constant(RNG.normal(size=(2, 3))))
         sess = cs.Session()
         feed = {p: taken, x: RNG.normal(size=(2, 3)), y: RNG.normal(size=3)}
-        _check_grads(loss, [x, y], feed, sess)
+        check_gradients(loss, [x, y], feed, sess)
 
 
 def test_cond_gradient_untaken_branch_is_zero_and_random_draws_are_kept():
@@ -280,7 +255,7 @@ def test_while_gradient_central_differences(trips):
         loss = cs.reduce_sum(out[1] * np.array([[0.3, -0.7]])) + out[2] * 0.5
         sess = cs.Session()
         feed = {n: trips, x0: RNG.normal(size=2), w: RNG.normal(size=(2, 2))}
-        _check_grads(loss, [x0, w], feed, sess)
+        check_gradients(loss, [x0, w], feed, sess)
 
 
 def test_while_gradient_wrt_variable_and_nested_control_flow():
@@ -304,13 +279,13 @@ def test_while_gradient_wrt_variable_and_nested_control_flow():
                 feed = {n: 2, p: pv, x: RNG.normal(size=3)}
                 got_v, got_x = sess.run([gv, gx], feed)
                 np.testing.assert_allclose(
-                    got_x, _numeric(lambda f=feed: float(sess.run(loss, f)), feed[x]), atol=1e-5)
+                    got_x, numeric_gradient(lambda f=feed: float(sess.run(loss, f)), feed[x]), atol=1e-5)
                 base = sess.run(v).copy()
 
                 def f_v(vv=base, f=feed):
                     return float(sess.run(loss, f, params={"v": vv}))
 
-                np.testing.assert_allclose(got_v, _numeric(f_v, base), atol=1e-5)
+                np.testing.assert_allclose(got_v, numeric_gradient(f_v, base), atol=1e-5)
 
 
 def test_while_back_prop_false_and_errors():

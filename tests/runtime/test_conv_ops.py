@@ -10,32 +10,14 @@ from hypothesis import strategies as st
 
 import ckptsync as cs
 from ckptsync.errors import InvalidArgumentError
+from tests.gradcheck import check_values
 
 RNG = np.random.default_rng(17)
 
 
 def _numeric_check(build, arrays, eps=1e-6, tol=1e-5):
     """``build(*placeholders) -> tensor``; compares d sum(out * r) / d inputs numerically."""
-    g = cs.Graph()
-    with g.as_default():
-        phs = [cs.placeholder(cs.float64, a.shape) for a in arrays]
-        out = build(*phs)
-        r = cs.constant(RNG.normal(size=out.shape.as_list()))
-        loss = cs.reduce_sum(out * r)
-        grads = cs.gradients(loss, phs)
-        with cs.Session() as sess:
-            feed = dict(zip(phs, arrays))
-            got = sess.run(grads, feed)
-            for i, a in enumerate(arrays):
-                num = np.zeros_like(a)
-                for idx in np.ndindex(a.shape):
-                    hi, lo = a.copy(), a.copy()
-                    hi[idx] += eps
-                    lo[idx] -= eps
-                    fh = sess.run(loss, {**feed, phs[i]: hi})
-                    fl = sess.run(loss, {**feed, phs[i]: lo})
-                    num[idx] = (fh - fl) / (2 * eps)
-                np.testing.assert_allclose(got[i], num, rtol=tol, atol=tol, err_msg=f"input {i}")
+    check_values(build, arrays, RNG, rtol=tol, atol=tol, eps=eps)
 
 
 def _apart(*shape):

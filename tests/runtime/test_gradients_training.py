@@ -6,21 +6,7 @@ import numpy as np
 import pytest
 
 import ckptsync as cs
-
-
-def _numeric_grad(f, x, eps=1e-6):
-    g = np.zeros_like(x)
-    it = np.nditer(x, flags=["multi_index"])
-    for _ in it:
-        i = it.multi_index
-        old = x[i]
-        x[i] = old + eps
-        fp = f(x)
-        x[i] = old - eps
-        fm = f(x)
-        x[i] = old
-        g[i] = (fp - fm) / (2 * eps)
-    return g
+from tests.gradcheck import check_gradients
 
 
 @pytest.mark.parametrize("make", [
@@ -40,15 +26,8 @@ def test_mlp_gradients_match_central_differences(make):
         w = cs.placeholder(cs.float64, [4, 3])
         b = cs.placeholder(cs.float64, [3])
         y = make(x, w, b)
-        grads = cs.gradients(y, [x, w, b])
-    sess = cs.Session(graph=g)
-    got = sess.run(grads, {x: xv, w: wv, b: bv})
-    for i, val in enumerate((xv, wv, bv)):
-        def f(v, i=i):
-            args = [xv, wv, bv]
-            args[i] = v
-            return float(sess.run(y, {x: args[0], w: args[1], b: args[2]}))
-        np.testing.assert_allclose(got[i], _numeric_grad(f, val.copy()), rtol=1e-5, atol=1e-7)
+    check_gradients(y, [x, w, b], {x: xv, w: wv, b: bv}, cs.Session(graph=g),
+                    rtol=1e-5, atol=1e-7)
 
 
 def test_unconnected_gradient_is_none_and_paths_sum():

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ckptsync as cs
+from tests.gradcheck import check_case
 
 RNG = np.random.default_rng(7)
 
@@ -128,38 +129,10 @@ def test_truncatemod_has_no_gradient_function_as_tf():
             cs.gradients(cs.truncatemod(x, 2.0), [x])
 
 
-def _numeric(f, x, eps=1e-6):
-    g = np.zeros_like(x)
-    flat = x.reshape(-1)
-    for i in range(flat.size):
-        old = flat[i]
-        flat[i] = old + eps
-        fp = f()
-        flat[i] = old - eps
-        fm = f()
-        flat[i] = old
-        g.reshape(-1)[i] = (fp - fm) / (2 * eps)
-    return g
-
-
 @pytest.mark.parametrize("name", sorted(GRAD_CASES))
 def test_gradient_matches_central_differences(name):
     build, gens = GRAD_CASES[name]
-    values = [gen(shape).astype(np.float64) for gen, shape in gens]
-    g = cs.Graph()
-    with g.as_default():
-        phs = [cs.placeholder(cs.float64, v.shape) for v in values]
-        y = build(*phs)
-        proj = cs.constant(RNG.normal(size=y.get_shape().as_list()))
-        loss = cs.reduce_sum(y * proj)
-        grads = cs.gradients(loss, phs)
-    sess = cs.Session(graph=g)
-    feed = dict(zip(phs, values))
-    got = sess.run(grads, feed)
-    for i, v in enumerate(values):
-        want = _numeric(lambda: float(sess.run(loss, feed)), v)
-        np.testing.assert_allclose(got[i], want, rtol=1e-5, atol=1e-5,
-                                   err_msg=f"{name}: gradient of input {i}")
+    check_case(build, gens, RNG, rtol=1e-5, atol=1e-5, name=name)
 
 
 @pytest.mark.parametrize("name", sorted(NO_GRAD_CASES))

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 import ckptsync as cs
 from ckptsync.ops import nn_norm
+from tests.gradcheck import numeric_gradient
 
 RNG = np.random.default_rng(17)
 
@@ -88,20 +89,6 @@ INTERNAL_GRAD_OPS: tuple[str, ...] = ()
 _NOT_CENTRAL = {"fused_batch_norm"}
 
 
-def _numeric(f, x, eps=1e-6):
-    g = np.zeros_like(x)
-    flat = x.reshape(-1)
-    for i in range(flat.size):
-        old = flat[i]
-        flat[i] = old + eps
-        fp = f()
-        flat[i] = old - eps
-        fm = f()
-        flat[i] = old
-        g.reshape(-1)[i] = (fp - fm) / (2 * eps)
-    return g
-
-
 @pytest.mark.parametrize("is_training", [True, False])
 def test_fused_batch_norm_kernel_gradient_in_float64(is_training):
     x, scale, offset = _any((3, 2, 2, 2)), _pos((2,)), _any((2,))
@@ -114,9 +101,9 @@ def test_fused_batch_norm_kernel_gradient_in_float64(is_training):
         return float((nn_norm._fbn_kernel(x, scale, offset, mean, var, **attrs)[0] * g).sum())
 
     dx, dscale, doffset = nn_norm._fbn_grad_kernel(g, x, scale, mean, var, **attrs)
-    np.testing.assert_allclose(dx, _numeric(loss, x), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(dscale, _numeric(loss, scale), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(doffset, _numeric(loss, offset), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(dx, numeric_gradient(loss, x), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(dscale, numeric_gradient(loss, scale), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(doffset, numeric_gradient(loss, offset), rtol=1e-5, atol=1e-6)
 
 
 def test_fused_batch_norm_matches_moments_and_batch_normalization():

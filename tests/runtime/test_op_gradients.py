@@ -10,6 +10,7 @@ import pytest
 
 import ckptsync as cs
 from ckptsync.ops.registry import get_op_def, registered_types
+from tests.gradcheck import check_case
 from tests.runtime.test_nn_ops import _NOT_CENTRAL as NN_NOT_CENTRAL
 from tests.runtime.test_nn_ops import GRAD_CASES as NN_GRAD_CASES
 
@@ -86,43 +87,13 @@ CASES.update({
 CASES.update({f"nn_{k}": v for k, v in NN_GRAD_CASES.items() if k not in NN_NOT_CENTRAL})
 
 
-def _numeric(f, x, eps=1e-6):
-    g = np.zeros_like(x)
-    flat = x.reshape(-1)
-    for i in range(flat.size):
-        old = flat[i]
-        flat[i] = old + eps
-        fp = f()
-        flat[i] = old - eps
-        fm = f()
-        flat[i] = old
-        g.reshape(-1)[i] = (fp - fm) / (2 * eps)
-    return g
-
-
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_gradient_matches_central_differences(name):
     build, gens = CASES[name]
-    values = [gen(shape).astype(np.float64) for gen, shape in gens]
-    g = cs.Graph()
-    with g.as_default():
-        phs = [cs.placeholder(cs.float64, v.shape) for v in values]
-        y = build(*phs)
-        y = cs.cast(y, cs.float64)
-        # A random projection so every output element's gradient is exercised.
-        proj = cs.constant(RNG.normal(size=y.get_shape().as_list()))
-        loss = cs.reduce_sum(y * proj)
-        grads = cs.gradients(loss, phs)
-    sess = cs.Session(graph=g)
-    feed = dict(zip(phs, values))
-    got = sess.run(grads, feed)
-    for i, v in enumerate(values):
-        # float32 round trips (cast) need a larger step for central differences.
-        eps = 1e-2 if name == "cast" else 1e-6
-        want = _numeric(lambda: float(sess.run(loss, feed)), v, eps)
-        tol = 1e-3 if name == "cast" else 1e-5
-        np.testing.assert_allclose(got[i], want, rtol=tol, atol=tol,
-                                   err_msg=f"{name}: gradient of input {i}")
+    # float32 round trips (cast) need a larger step for central differences.
+    eps = 1e-2 if name == "cast" else 1e-6
+    tol = 1e-3 if name == "cast" else 1e-5
+    check_case(build, gens, RNG, rtol=tol, atol=tol, eps=eps, cast=True, name=name)
 
 
 def _all_cases():

@@ -61,6 +61,19 @@ def _lr(learning_rate: Any) -> Tensor:
     return convert_to_tensor(learning_rate, name="learning_rate")
 
 
+def _step_ratio(global_step: Any, decay_steps: Any, dt: _dtypes.DType, staircase: bool,
+                fn: str) -> Tensor:
+    """``global_step / decay_steps`` in ``dt``, floored with ``staircase``."""
+    p = divide(_step(global_step, dt, fn), cast(decay_steps, dt))
+    return floor(p) if staircase else p
+
+
+def _floor_at_alpha(cosine: Tensor, alpha: Any, one: Tensor, dt: _dtypes.DType) -> Tensor:
+    """``(1 - alpha) * cosine + alpha``: the cosine decays' schedule, kept above ``alpha``."""
+    a = cast(alpha, dt)
+    return add(multiply(subtract(one, a), cosine), a)
+
+
 def exponential_decay(learning_rate: Any, global_step: Any, decay_steps: Any,
                       decay_rate: Any, staircase: bool = False,
                       name: str | None = None) -> Tensor:
@@ -81,9 +94,7 @@ def exponential_decay(learning_rate: Any, global_step: Any, decay_steps: Any,
     with graph.name_scope(name or "ExponentialDecay") as scope:
         lr = _lr(learning_rate)
         dt = lr.dtype
-        p = divide(_step(global_step, dt, "exponential_decay"), cast(decay_steps, dt))
-        if staircase:
-            p = floor(p)
+        p = _step_ratio(global_step, decay_steps, dt, staircase, "exponential_decay")
         return multiply(lr, pow(cast(decay_rate, dt), p), name=scope)
 
 
@@ -115,9 +126,7 @@ def inverse_time_decay(learning_rate: Any, global_step: Any, decay_steps: Any,
     with graph.name_scope(name or "InverseTimeDecay") as scope:
         lr = _lr(learning_rate)
         dt = lr.dtype
-        p = divide(_step(global_step, dt, "inverse_time_decay"), cast(decay_steps, dt))
-        if staircase:
-            p = floor(p)
+        p = _step_ratio(global_step, decay_steps, dt, staircase, "inverse_time_decay")
         denom = add(convert_to_tensor(1.0, dtype=dt), multiply(cast(decay_rate, dt), p))
         return divide(lr, denom, name=scope)
 
@@ -169,9 +178,7 @@ def cosine_decay(learning_rate: Any, global_step: Any, decay_steps: Any, alpha: 
         one = convert_to_tensor(1.0, dtype=dt)
         cosine = multiply(convert_to_tensor(0.5, dtype=dt),
                           add(one, cos(multiply(pi, fraction))))
-        a = cast(alpha, dt)
-        decayed = add(multiply(subtract(one, a), cosine), a)
-        return multiply(lr, decayed, name=scope)
+        return multiply(lr, _floor_at_alpha(cosine, alpha, one, dt), name=scope)
 
 
 def cosine_decay_restarts(learning_rate: Any, global_step: Any, first_decay_steps: Any,
@@ -204,9 +211,7 @@ def cosine_decay_restarts(learning_rate: Any, global_step: Any, first_decay_step
         pi = convert_to_tensor(math.pi, dtype=dt)
         cosine = multiply(multiply(convert_to_tensor(0.5, dtype=dt), m_fac),
                           add(one, cos(multiply(pi, fraction))))
-        a = cast(alpha, dt)
-        decayed = add(multiply(subtract(one, a), cosine), a)
-        return multiply(lr, decayed, name=scope)
+        return multiply(lr, _floor_at_alpha(cosine, alpha, one, dt), name=scope)
 
 
 def linear_cosine_decay(learning_rate: Any, global_step: Any, decay_steps: Any,
