@@ -133,7 +133,7 @@ class Dropout(Layer):
             def drop() -> Tensor:
                 return _nn_dropout(inputs, noise_shape=self.noise_shape, seed=self.seed,
                                    rate=self.rate)
-        if isinstance(training, bool) or training is None:
+        if not _is_tensor(training):  # a Python or numpy bool, or None
             return drop() if training else identity(inputs)
         return cond(training, drop, lambda: identity(inputs))
 
