@@ -80,6 +80,17 @@ def _ratio(tp: Tensor, other: Tensor, name: str) -> Tensor:
     return where(greater(denom, 0.0), divide(tp, denom), zeros_like(tp), name=name)
 
 
+def _ratio_pair(tp: tuple[Tensor, Tensor], other: tuple[Tensor, Tensor],
+                metrics_collections: Any, updates_collections: Any) -> tuple[Tensor, Tensor]:
+    """``(value, update_op)``: ``tp / (tp + other)`` of two counters' (value, update)
+    pairs (0 where the sum is 0), each added to its collections."""
+    value = _ratio(tp[0], other[0], "value")
+    collect(metrics_collections, value)
+    update_op = _ratio(tp[1], other[1], "update_op")
+    collect(updates_collections, update_op)
+    return value, update_op
+
+
 def precision(labels: Any, predictions: Any, weights: Any = None,
               metrics_collections: Any = None, updates_collections: Any = None,
               name: str | None = None) -> tuple[Tensor, Tensor]:
@@ -87,13 +98,9 @@ def precision(labels: Any, predictions: Any, weights: Any = None,
     ``labels`` and ``predictions`` of one shape, as ``tf.metrics.precision``."""
     with variable_scope(name, "precision", [predictions, labels, weights]):
         lb, p, w = _bools(labels, predictions, weights)
-        tp, tp_up = true_positives(lb, p, w)
-        fp, fp_up = false_positives(lb, p, w)
-        value = _ratio(tp, fp, "value")
-        collect(metrics_collections, value)
-        update_op = _ratio(tp_up, fp_up, "update_op")
-        collect(updates_collections, update_op)
-        return value, update_op
+        tp = true_positives(lb, p, w)
+        return _ratio_pair(tp, false_positives(lb, p, w),
+                           metrics_collections, updates_collections)
 
 
 def recall(labels: Any, predictions: Any, weights: Any = None,
@@ -103,10 +110,6 @@ def recall(labels: Any, predictions: Any, weights: Any = None,
     ``tf.metrics.recall``."""
     with variable_scope(name, "recall", [predictions, labels, weights]):
         lb, p, w = _bools(labels, predictions, weights)
-        tp, tp_up = true_positives(lb, p, w)
-        fn, fn_up = false_negatives(lb, p, w)
-        value = _ratio(tp, fn, "value")
-        collect(metrics_collections, value)
-        update_op = _ratio(tp_up, fn_up, "update_op")
-        collect(updates_collections, update_op)
-        return value, update_op
+        tp = true_positives(lb, p, w)
+        return _ratio_pair(tp, false_negatives(lb, p, w),
+                           metrics_collections, updates_collections)
