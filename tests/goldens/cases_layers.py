@@ -5,9 +5,8 @@ inference and its moving averages after update steps, regularization losses. See
 :mod:`cases`.
 
 TensorFlow 2.16+ keeps ``tf.compat.v1.layers`` in the ``tf-keras`` package (without it
-every case records an AttributeError): regenerate with ``tf-keras`` of TF's version in
-the goldens venv (or ``pip install --no-deps --target DIR tf-keras==2.21.0`` and
-``PYTHONPATH=DIR``) and ``TF_USE_LEGACY_KERAS=1 scripts/make-goldens layers``.
+every case records an AttributeError): ``scripts/make-goldens`` installs ``tf-keras`` of
+TF's version into the goldens venv and runs with ``TF_USE_LEGACY_KERAS=1``.
 Regularizers are written as the lambdas ``tf.contrib.layers`` returns (TF 2 has no
 contrib).
 """
