@@ -77,7 +77,10 @@ def test_a_queued_async_save_is_reported_as_queued_until_it_is_on_disk(tmp_path)
     proc = subprocess.Popen(
         [sys.executable, "-c", _TRAINER, "--model", MODEL, "--checkpoint-dir", str(d),
          "--steps", "100000", "--save-every-steps", "10", "--max-to-keep", "0",
-         "--async-save", "--max-steps-per-s", "200", "--log-format", "json"],
+         # 20 steps/s: the writer's queue (16 saves) fills in 8 s, so several progress
+         # lines (about one a second) come out while ckpt-10..40 are queued; at 200
+         # steps/s it filled before the first line after step 1 and the trainer waited.
+         "--async-save", "--max-steps-per-s", "20", "--log-format", "json"],
         env={**env(), "CKPTSYNC_TEST_GATE": str(gate)}, stdout=subprocess.PIPE,
         stderr=err, text=True)
     gate_opened = False
