@@ -99,18 +99,12 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.\-]", "", name) or "fn"
 
 
-class Dataset:
-    """A pipeline of elements, each a (nested) structure of tensors, as
-    ``tf.compat.v1.data.Dataset``. Build one with the static constructors and chain
-    transformations; read it through ``make_one_shot_iterator`` /
-    ``make_initializable_iterator``."""
+class Structured:
+    """The element structure's views, as TF1's ``Dataset`` and ``Iterator`` both have them
+    (a subclass sets ``_structure``, the nest of :class:`TensorSpec` of an element)."""
 
-    def __init__(self, structure: Any, inputs: list[Dataset], tensors: list[Any]):
-        self._structure = structure  # nest of TensorSpec
-        self._inputs = inputs
-        self._tensors = [t for t in tensors if isinstance(t, Tensor)]
+    _structure: Any
 
-    # ------------------------------------------------------------ structure
     @property
     def element_spec(self) -> Any:
         """The nest of :class:`TensorSpec` of an element."""
@@ -127,6 +121,20 @@ class Dataset:
     @property
     def output_classes(self) -> Any:
         return pack_as(self._structure, [Tensor for _ in flatten(self._structure)])
+
+
+class Dataset(Structured):
+    """A pipeline of elements, each a (nested) structure of tensors, as
+    ``tf.compat.v1.data.Dataset``. Build one with the static constructors and chain
+    transformations; read it through ``make_one_shot_iterator`` /
+    ``make_initializable_iterator``."""
+
+    def __init__(self, structure: Any, inputs: list[Dataset], tensors: list[Any]):
+        self._structure = structure  # nest of TensorSpec
+        self._inputs = inputs
+        self._tensors = [t for t in tensors if isinstance(t, Tensor)]
+
+    # ------------------------------------------------------------ structure
 
     def _flat_specs(self) -> list[TensorSpec]:
         return flatten(self._structure)

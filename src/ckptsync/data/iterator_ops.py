@@ -31,7 +31,7 @@ from ..ops.func_graph import BLOB, flatten, pack_as
 from ..ops.registry import make_op, register, single
 from . import _runtime as rt
 from . import _state
-from .dataset_ops import Dataset, Env, TensorSpec
+from .dataset_ops import Dataset, Env, Structured, TensorSpec
 
 __all__ = ["Iterator", "make_one_shot_iterator", "make_initializable_iterator",
            "make_saveable_from_iterator", "IteratorSaveable", "get_output_types",
@@ -107,7 +107,7 @@ def _deserialize_kernel(ctx: Any, op: Operation, handle: Any, blob: Any) -> None
     _restore(op, node, blob)
 
 
-class Iterator:
+class Iterator(Structured):
     """Reads a dataset's elements in a session, as ``tf.compat.v1.data.Iterator``.
 
     Attributes:
@@ -128,21 +128,6 @@ class Iterator:
                                      "`tf.data.Dataset.make_initializable_iterator()` instead.")
         return self._initializer
 
-    @property
-    def element_spec(self) -> Any:
-        return self._structure
-
-    @property
-    def output_types(self) -> Any:
-        return pack_as(self._structure, [s.dtype for s in flatten(self._structure)])
-
-    @property
-    def output_shapes(self) -> Any:
-        return pack_as(self._structure, [s.shape for s in flatten(self._structure)])
-
-    @property
-    def output_classes(self) -> Any:
-        return pack_as(self._structure, [Tensor for _ in flatten(self._structure)])
 
     def get_next(self, name: str | None = None) -> Any:
         """The next element: the nested structure of tensors (one ``IteratorGetNext`` op).
