@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, ...]] = [
     (
         "ckptsync.graph", "ckptsync.tensor", "ckptsync.tensor_shape", "ckptsync.device",
         "ckptsync.variables", "ckptsync.variable_scope", "ckptsync.initializers",
-        "ckptsync.gradients", "ckptsync.model_spec", "ckptsync.nn", "ckptsync.ops",
+        "ckptsync.gradients", "ckptsync.model_spec", "ckptsync.model_fn", "ckptsync.nn", "ckptsync.ops",
         "ckptsync.session", "ckptsync.indexed_slices", "ckptsync.contrib", "ckptsync.graph_keys", "ckptsync.math", "ckptsync.linalg",
         "ckptsync.summary", "ckptsync.data",
         "ckptsync.losses", "ckptsync.metrics", "ckptsync.layers",
@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, ...]] = [
     # The package's own __init__: curated re-exports of the runtime (subpackages above
     # it load lazily through its __getattr__).
     ("ckptsync",),
-    ("ckptsync.train",),
+    ("ckptsync.train", "ckptsync.estimator"),
     ("ckptsync.serving",),
     ("ckptsync.distributed",),
     ("ckptsync.app",),
