@@ -194,7 +194,8 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str):  # lazy subpackages that sit above the runtime
-    if name in ("train", "checkpoint", "serving", "distributed", "data", "summary"):
+    if name in ("train", "estimator", "checkpoint", "serving", "distributed", "data",
+                "summary"):
         return _importlib.import_module(f".{name}", __name__)
     if name in ("Summary", "Event", "SessionLog", "SummaryMetadata", "HistogramProto"):
         return getattr(_importlib.import_module(".summary", __name__), name)
