@@ -6,7 +6,8 @@
 
 Exit codes: 0 after a clean shutdown (SIGTERM/SIGINT drain in-flight requests first),
 1 for runtime failures (``build_net`` raises, port in use), 2 for usage errors (a model
-file that is missing, does not import or lacks ``build_net``, as for ``trainer run``). An
+file that is missing, does not import or lacks ``build_net``, as for ``trainer run``; a
+``model_fn`` file that fails or has no ``serving_input_receiver_fn``). An
 expected error prints one line on stderr, no traceback.
 """
 
@@ -50,7 +51,8 @@ def main() -> None:
 
 @main.command()
 @option("--model", "model_file", required=True, type=click.Path(dir_okay=False),
-        help="Model file defining build_net(graph, device, mode).")
+        help="Model file defining build_net(graph, device, mode), or TF1's model_fn with a "
+        "serving_input_receiver_fn.")
 @option("--checkpoint-dir", required=True, type=click.Path(file_okay=False),
         help="Directory the trainer saves into (may not exist yet).")
 @option(

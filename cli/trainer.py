@@ -41,7 +41,8 @@ def main() -> None:
 
 @main.command("run")
 @_opt("--model", "model_path", required=True, type=click.Path(dir_okay=False),
-      help="Model file defining build_net(graph, device, mode).")
+      help="Model file defining build_net(graph, device, mode) or TF1's "
+           "model_fn(features, labels, mode, params).")
 @_opt("--data", default="digits", show_default=True,
       help="'digits', 'mnist:DIR' or a FILE.npz with arrays named after the model's inputs.")
 @_opt("--checkpoint-dir", required=True, type=click.Path(file_okay=False),
@@ -52,7 +53,7 @@ def main() -> None:
 @_opt("--batch-size", default=64, show_default=True, type=Int(min=1),
       help="Rows per training step.")
 @_opt("--learning-rate", type=Real(min=0, min_open=True), default=None,
-      help="Passed to build_net(learning_rate=...).")
+      help="Passed to build_net(learning_rate=...) (a model_fn: params['learning_rate']).")
 @_opt("--save-every-steps", type=Int(min=1), default=None,
       help="Checkpoint every N steps (default 100).")
 @_opt("--save-every-secs", type=Real(min=0, min_open=True), default=None,
@@ -167,6 +168,7 @@ def _run(chief: bool, **kw: Any) -> None:
         "last_checkpoint": summary.last_checkpoint, "restored_from": summary.restored_from,
         "held_out_loss": summary.held_out_loss, "ranks": summary.ranks,
         "global_batch_size": summary.global_batch_size,
+        "held_out_metrics": summary.held_out_metrics,
     }
     if log_format == "json":
         click.echo(json.dumps(result))
@@ -175,6 +177,7 @@ def _run(chief: bool, **kw: Any) -> None:
         held = "n/a" if summary.held_out_loss is None else f"{summary.held_out_loss:.4f}"
         acc = "" if summary.held_out_accuracy is None else \
             f", held-out accuracy {summary.held_out_accuracy:.4f}"
+        acc += _metrics_text(summary.held_out_metrics, ", held-out metrics ")
         ranks = "" if summary.ranks == 1 else (
             f" on {summary.ranks} ranks (global batch {summary.global_batch_size} = "
             f"{summary.ranks} x {summary.global_batch_size // summary.ranks})")
@@ -186,6 +189,14 @@ def _run(chief: bool, **kw: Any) -> None:
                    f"{summary.last_checkpoint}")
     if received and received[-1] == signal.SIGINT:
         sys.exit(130)
+
+
+def _metrics_text(metrics: dict[str, Any], prefix: str) -> str:
+    """``prefix + "accuracy 0.9712, auc 0.99"`` (a model_fn's eval_metric_ops), or ""."""
+    if not metrics:
+        return ""
+    return prefix + ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
+                              for k, v in metrics.items())
 
 
 class _Reporter:
@@ -223,7 +234,8 @@ class _Reporter:
         rec = {"event": "progress", "step": p.step, "loss": round(p.loss, 6),
                "steps_per_s": None if p.steps_per_s is None else round(p.steps_per_s, 1),
                "last_checkpoint": p.last_checkpoint, "eval_accuracy": p.eval_accuracy,
-               "eval_loss": p.eval_loss, "queued_checkpoints": list(p.queued_checkpoints)}
+               "eval_loss": p.eval_loss, "queued_checkpoints": list(p.queued_checkpoints),
+               "eval_metrics": p.eval_metrics}
         if self._fmt == "json":
             click.echo(json.dumps(rec))
         else:
@@ -233,6 +245,7 @@ class _Reporter:
             extra = "" if p.eval_loss is None else f" held-out loss {p.eval_loss:.4f}"
             if p.eval_accuracy is not None:
                 extra += f" held-out accuracy {p.eval_accuracy:.4f}"
+            extra += _metrics_text(p.eval_metrics or {}, " held-out metrics ")
             click.echo(f"step {p.step}/{p.last_step} loss {p.loss:.4f} {sps}, last "
                        f"checkpoint {p.last_checkpoint or '-'}{queued}{extra}", err=True)
 

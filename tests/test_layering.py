@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, ...]] = [
     (
         "ckptsync.graph", "ckptsync.tensor", "ckptsync.tensor_shape", "ckptsync.device",
         "ckptsync.variables", "ckptsync.variable_scope", "ckptsync.initializers",
-        "ckptsync.gradients", "ckptsync.model_spec", "ckptsync.model_fn", "ckptsync.nn", "ckptsync.ops",
+        "ckptsync.gradients", "ckptsync.model_spec", "ckptsync.model_fn", "ckptsync.model_fn_file", "ckptsync.nn", "ckptsync.ops",
         "ckptsync.session", "ckptsync.indexed_slices", "ckptsync.contrib", "ckptsync.graph_keys", "ckptsync.math", "ckptsync.linalg",
         "ckptsync.summary", "ckptsync.data",
         "ckptsync.losses", "ckptsync.metrics", "ckptsync.layers",

@@ -1,6 +1,7 @@
 """The model-file contract: ``build_net(graph, device, mode) -> ModelSpec``.
 
-A model file is a Python file defining ``build_net``. The trainer calls it with
+A model file is a Python file defining ``build_net`` (or TF1's ``model_fn``:
+:mod:`ckptsync.model_fn_file` turns one into a ``build_net``). The trainer calls it with
 ``mode=ModeKeys.TRAIN`` and needs ``loss`` and ``train_op``; the server calls it with
 ``mode=ModeKeys.PREDICT`` on its own graph and serves the signature ``inputs -> outputs``.
 Both must create the same variables (same names, shapes, dtypes), so checkpoints from the
@@ -22,6 +23,7 @@ import contextlib
 import functools
 import importlib.util
 import inspect
+import logging
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -36,6 +38,10 @@ __all__ = ["ModeKeys", "ModelSpec", "load_build_net", "load_python_file", "Model
 
 #: How messages name the model-file contract.
 BUILD_NET_SIGNATURE = "build_net(graph, device, mode) -> ModelSpec"
+#: ... and the other one (ckptsync.model_fn_file).
+MODEL_FN_SIGNATURE = "model_fn(features, labels, mode, params) -> tf.estimator.EstimatorSpec"
+
+log = logging.getLogger("ckptsync.model_spec")
 
 
 class ModeKeys:
@@ -147,26 +153,40 @@ def load_python_file(path: str | os.PathLike[str], what: str,
 
 def load_build_net(path: str | os.PathLike[str]) -> Callable[..., ModelSpec]:
     """Imports a model file and returns its ``build_net``, checked to accept
-    ``(graph, device, mode)``.
+    ``(graph, device, mode)``; for a file that defines ``model_fn(features, labels, mode,
+    params)`` and no ``build_net``, the ``build_net`` over it
+    (:class:`ckptsync.model_fn_file.ModelFnNet`). A file defining both is run through
+    ``build_net``.
 
     The function returned runs ``build_net`` with the file's directory on ``sys.path``
     (an ``import`` inside ``build_net`` finds the file's siblings too); its signature is
     ``build_net``'s (``inspect.signature`` sees through it).
 
     Args:
-        path: a ``.py`` file defining ``build_net(graph, device, mode)``.
+        path: a ``.py`` file defining ``build_net(graph, device, mode)`` or ``model_fn``.
 
     Raises:
         ModelFileError: the file is missing, not Python, raises on import, defines no
-            callable ``build_net``, or one that cannot be called as ``build_net(graph,
+            callable ``build_net`` nor ``model_fn``, a ``model_fn`` TF's Estimator could
+            not call (:func:`ckptsync.model_fn_file.model_fn_net`), or a ``build_net`` that cannot be called as ``build_net(graph,
             device, mode)`` (the one-line message names the expected signature and the
             file's).
     """
     p = os.fspath(path)
     module = load_python_file(p, "Model file", ModelFileError)
     fn = getattr(module, "build_net", None)
+    if fn is None and hasattr(module, "model_fn"):
+        # Deferred: model_fn_file builds ModelSpecs, so it imports this module (a cycle).
+        from .model_fn_file import model_fn_net
+
+        log.info("Model file %s: model_fn(features, labels, mode, params) (the Estimator "
+                 "contract).", p)
+        return model_fn_net(module, p)
     if not callable(fn):
-        raise ModelFileError(f"Model file {p} defines no {BUILD_NET_SIGNATURE} function.")
+        raise ModelFileError(f"Model file {p} defines no {BUILD_NET_SIGNATURE} function "
+                             f"(nor {MODEL_FN_SIGNATURE}).")
+    if hasattr(module, "model_fn"):
+        log.info("Model file %s defines build_net and model_fn: build_net is used.", p)
     try:
         signature: inspect.Signature | None = inspect.signature(fn)
     except (TypeError, ValueError):  # a builtin or C callable: no signature to check

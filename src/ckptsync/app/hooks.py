@@ -15,8 +15,8 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -36,7 +36,7 @@ from ..train.training_util import get_global_step
 from .options import Progress, TrainerOptions
 
 __all__ = ["EVAL_BATCH", "Evaluation", "FiniteSaver", "LoopHook", "PreflightHook",
-           "is_classifier", "make_evaluator", "nan_refusal"]
+           "classes_output", "is_classifier", "make_evaluator", "nan_refusal"]
 
 #: Rows per ``session.run`` when the whole training or test set is evaluated.
 EVAL_BATCH = 4096
@@ -101,7 +101,7 @@ class LoopHook(SessionRunHook):
             throttle waits on it, so a stop is never delayed by a throttle.
 
     After the run, ``loss`` (the last step's), ``steps_run``, ``accuracy`` (None unless
-    a classifier), ``eval_loss`` (held-out) and
+    a classifier), ``eval_loss`` (held-out), ``eval_metrics`` (a model_fn's) and
     ``start_step`` (the global step the session started at) describe it.
     """
 
@@ -114,6 +114,7 @@ class LoopHook(SessionRunHook):
         self.steps_run = 0
         self.accuracy: float | None = None
         self.eval_loss: float | None = None
+        self.eval_metrics: Mapping[str, Any] = {}
         self._t0 = time.perf_counter()
         self._window: list[float] = []
 
@@ -145,7 +146,7 @@ class LoopHook(SessionRunHook):
             self._on_progress(Progress(
                 step, self._opts.steps, self.loss, sps, hook.last_saved_path,
                 None if ev is None else ev.accuracy, None if ev is None else ev.loss,
-                tuple(hook.queued_paths)))
+                tuple(hook.queued_paths), None if ev is None else dict(ev.metrics)))
         if self._opts.max_steps_per_s:
             wait = self._t0 + self.steps_run / self._opts.max_steps_per_s - time.perf_counter()
             if wait > 0:
@@ -154,7 +155,7 @@ class LoopHook(SessionRunHook):
             run_context.request_stop()
 
     def _record(self, ev: Evaluation) -> Evaluation:
-        self.accuracy, self.eval_loss = ev.accuracy, ev.loss
+        self.accuracy, self.eval_loss, self.eval_metrics = ev.accuracy, ev.loss, ev.metrics
         return ev
 
     def end(self, session: Any) -> None:
@@ -201,10 +202,14 @@ class Evaluation:
             per-batch values; the loss's own units), or None.
         accuracy: the fraction in [0, 1] of rows whose predicted class is the label; None
             for a model that is not a classifier.
+        metrics: a ``model_fn``'s ``eval_metric_ops`` values over the held-out rows, name
+            -> float (a non-scalar metric as a list), e.g. ``{"accuracy": 0.97}``; empty
+            for a ``build_net`` model.
     """
 
     loss: float | None
     accuracy: float | None
+    metrics: Mapping[str, Any] = field(default_factory=dict)
 
 
 def is_classifier(spec: Any) -> bool:
@@ -225,6 +230,20 @@ def is_classifier(spec: Any) -> bool:
     return shape.ndims == 2 and (shape[1] is None or shape[1] > 1)
 
 
+def classes_output(spec: Any) -> Any:
+    """A classifier's (:func:`is_classifier`) predicted classes ``[batch]``: its
+    ``classes`` output, or the argmax of its sole ``[batch, classes]`` output; None for a
+    model that is not a classifier."""
+    if not is_classifier(spec):
+        return None
+    out = spec.outputs.get("classes")
+    if out is None:
+        (only,) = spec.outputs.values()
+        with only.graph.as_default():
+            out = argmax(only, axis=1)
+    return out
+
+
 def make_evaluator(spec: Any, test: Any) -> Callable[[Any], Evaluation]:
     """``evaluate(session)`` -> :class:`Evaluation` over ``test`` (name -> array): the
     held-out loss (when ``test`` holds every input and label), and for a classifier
@@ -236,13 +255,7 @@ def make_evaluator(spec: Any, test: Any) -> Callable[[Any], Evaluation]:
     """
     feeds = {**spec.inputs, **(spec.labels or {})}
     has_all = bool(test) and all(k in test for k in feeds)
-    out = None
-    if is_classifier(spec):
-        out = spec.outputs.get("classes")
-        if out is None:
-            (only,) = spec.outputs.values()
-            with only.graph.as_default():
-                out = argmax(only, axis=1)
+    out = classes_output(spec)
     rows = len(next(iter(test.values()))) if has_all else 0
     y_name = next(iter(spec.labels)) if out is not None else None
 

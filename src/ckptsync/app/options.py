@@ -91,6 +91,8 @@ class Progress:
             (accuracy is None for a model that is not a classifier).
         queued_checkpoints: prefixes of async saves started and not yet on disk, oldest
             first.
+        eval_metrics: a ``model_fn``'s ``eval_metric_ops`` values when this step
+            evaluated (name -> float), else None.
     """
 
     step: int
@@ -101,6 +103,7 @@ class Progress:
     eval_accuracy: float | None = None
     eval_loss: float | None = None
     queued_checkpoints: tuple[str, ...] = ()
+    eval_metrics: dict[str, Any] | None = None
 
 
 @dataclass
@@ -124,3 +127,6 @@ class TrainingSummary:
     #: all of them (``ranks * batch_size``).
     ranks: int = 1
     global_batch_size: int = 0
+    #: A ``model_fn``'s ``eval_metric_ops`` over the held-out rows at the end, name ->
+    #: float (empty for a ``build_net`` model or without held-out rows).
+    held_out_metrics: dict[str, Any] = field(default_factory=dict)

@@ -27,13 +27,16 @@ from ..data import BatchIterator, DataError, load_dataset
 from ..device import canonical_device
 from ..errors import CkptsyncValueError, InvalidArgumentError, NotFoundError, OpError
 from ..graph import Graph, GraphKeys
+from ..model_fn_file import DataSignature, ModelFnNet
 from ..model_spec import BUILD_NET_SIGNATURE, ModeKeys, ModelFileError, load_build_net
 from ..ops.random_ops import set_random_seed
 from ..train.basic_hooks import CheckpointSaverHook, NanTensorHook, StopAtStepHook
 from ..train.monitored_session import ChiefSessionCreator, MonitoredSession, Scaffold
 from ..train.training_util import get_global_step
 from .data_parallel import DataParallel
+from .eval_graph import make_eval_graph_evaluator
 from .hooks import FiniteSaver, LoopHook, PreflightHook, make_evaluator
+from .model_inputs import check_feedable, load_model_fn_data
 from .options import Progress, TrainerOptions, TrainingSummary
 from .summaries import TrainerSummaries
 
@@ -43,8 +46,7 @@ log = logging.getLogger("ckptsync.trainer")
 
 
 def _call_build_net(build_net: Callable[..., Any], graph: Graph, device: str, mode: str,
-                    learning_rate: float | None, path: str) -> Any:
-    kwargs = {}
+                    learning_rate: float | None, path: str, **kwargs: Any) -> Any:
     if learning_rate is not None:
         params = inspect.signature(build_net).parameters
         if "learning_rate" not in params and not any(
@@ -87,26 +89,34 @@ def run_training(opts: TrainerOptions, on_progress: Callable[[Progress], None] |
     par = DataParallel(stop_event)
     stop_event = par.stop_event
     build_net = load_build_net(opts.model_path)
+    # A model_fn file is built for its data (features and labels shaped from --data).
+    model_fn = build_net if isinstance(build_net, ModelFnNet) else None
+    data = load_model_fn_data(opts.data) if model_fn else None
+    signature = DataSignature.of_arrays(data.train, data.feature_names, data.label_names,
+                                        opts.data) if data else None
+    contract = "model_fn" if model_fn else "build_net"
     graph = Graph()
     with graph.as_default():
         set_random_seed(opts.seed)
         device = canonical_device(opts.device)
         with par.building(graph):
             spec = _call_build_net(build_net, graph, device, ModeKeys.TRAIN, opts.learning_rate,
-                                   opts.model_path)
+                                   opts.model_path, **({"data": signature} if signature else {}))
         if not hasattr(spec, "require_training"):
             raise ModelFileError(f"build_net in {opts.model_path} must return a cs.ModelSpec "
                                  f"({BUILD_NET_SIGNATURE}), got {type(spec).__name__}.")
         spec.require_training()
         if get_global_step(graph) is None:
             raise ModelFileError(
-                f"build_net in {opts.model_path} must create the global step "
+                f"{contract} in {opts.model_path} must create the global step "
                 "(cs.train.get_or_create_global_step()) and pass it to minimize().")
         par.check_graph(graph, opts.model_path)
-        data = load_dataset(opts.data, tuple(spec.inputs), tuple(spec.labels))
+        if data is None:
+            data = load_dataset(opts.data, tuple(spec.inputs), tuple(spec.labels))
         feeds = {**spec.inputs, **spec.labels}
         for name, t in feeds.items():
             _check_feeds(name, t, data.train[name], opts.data)
+        check_feedable(spec, data, opts.model_path, opts.data, contract)
         iterator = BatchIterator(data.train, par.global_batch_size(opts.batch_size),
                                  seed=opts.seed)
         if par.size > 1 and par.is_chief:
@@ -117,7 +127,12 @@ def run_training(opts: TrainerOptions, on_progress: Callable[[Progress], None] |
         restored_meta = par.from_chief(lambda: _position(resume_path))
         if restored_meta is not None:
             iterator.restore(restored_meta)
-        evaluate = make_evaluator(spec, data.test)
+        evaluate = make_eval_graph_evaluator(
+            build_net, device, signature, data.test, graph, opts.seed, opts.learning_rate,
+            opts.model_path) if signature else make_evaluator(spec, data.test)
+        est = spec.extra.get("estimator_spec")  # a model_fn's hooks run as TF's Estimator's
+        model_hooks = [*est.training_hooks, *par.chief_only(list(est.training_chief_hooks))] \
+            if est is not None else []
         # Only the chief saves: other ranks start no writer process.
         saver = FiniteSaver(max_to_keep=opts.max_to_keep,
                              async_save=opts.async_save and par.is_chief)
@@ -134,6 +149,7 @@ def run_training(opts: TrainerOptions, on_progress: Callable[[Progress], None] |
         preflight = PreflightHook(spec, data.train, opts.data)
         hooks = [*par.hooks(), preflight, NanTensorHook(spec.loss),
                  *par.chief_only([saver_hook]), loop, StopAtStepHook(last_step=opts.steps),
+                 *model_hooks,
                  *(tb.hooks(scaffold) if tb else [])]
         creator = ChiefSessionCreator(
             scaffold=scaffold, checkpoint_dir=opts.checkpoint_dir if resume_path else None,
@@ -147,7 +163,9 @@ def run_training(opts: TrainerOptions, on_progress: Callable[[Progress], None] |
                     sess.run(train_op, feed_dict={feeds[k]: v for k, v in batch.items()})
             if tb:  # the held-out figures of the end (LoopHook.end)
                 tb.scalars(saver_hook.last_saved_step or 0, held_out__loss=loop.eval_loss,
-                           held_out__accuracy=loop.accuracy)
+                           held_out__accuracy=loop.accuracy,
+                           **{f"held_out__{k}": v for k, v in loop.eval_metrics.items()
+                              if isinstance(v, float) and k != "accuracy"})
         finally:
             if tb:
                 tb.close()
@@ -157,7 +175,8 @@ def run_training(opts: TrainerOptions, on_progress: Callable[[Progress], None] |
             held_out_accuracy=loop.accuracy, checkpoints_written=saver_hook.saves,
             last_checkpoint=saver_hook.last_saved_path, restored_from=creator.restored_from,
             stopped_by_signal=stop_event.is_set(), held_out_loss=loop.eval_loss,
-            ranks=par.size, global_batch_size=par.global_batch_size(opts.batch_size))
+            ranks=par.size, global_batch_size=par.global_batch_size(opts.batch_size),
+            held_out_metrics=dict(loop.eval_metrics))
 
 
 def _resumed_session(creator: ChiefSessionCreator, hooks: list[Any], resume_path: str | None,
