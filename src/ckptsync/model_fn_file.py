@@ -18,7 +18,9 @@ TF1's ``Estimator`` does before calling ``model_fn``: creates the global step, t
   ``tf.estimator.export.ServingInputReceiver(features, receiver_tensors)``; ``model_fn``
   gets its ``features``; the serving signature is ``receiver_tensors`` ->
   ``predictions`` (a single Tensor is served as ``"output"``, as TF's ``PredictOutput``;
-  a ``PredictOutput`` under ``export_outputs["serving_default"]`` is served instead).
+  what ``export_outputs["serving_default"]`` names is served instead: a
+  ``PredictOutput``'s outputs, a ``ClassificationOutput``'s ``classes``/``scores``, a
+  ``RegressionOutput``'s ``outputs``).
 
 ``params`` is the file's module-level ``PARAMS`` dict if it has one, else ``{}`` (TF
 passes ``Estimator(params=...)``); ``trainer run --learning-rate`` sets
@@ -100,8 +102,7 @@ def model_fn_args(fn: Callable[..., Any]) -> tuple[str, ...]:
         bound = set(fn.keywords or {})
         args = model_fn_args(fn.func)[len(fn.args):]
         return tuple(a for a in args if a not in bound)
-    target = fn if inspect.isfunction(fn) or inspect.ismethod(fn) else getattr(fn, "__call__", fn)
-    params = inspect.signature(target).parameters.values()
+    params = inspect.signature(fn).parameters.values()  # a bound method's less self
     return tuple(p.name for p in params
                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
 
@@ -233,7 +234,9 @@ class ModelFnNet:
                 f"tf.estimator.EstimatorSpec ({MODEL_FN_SIGNATURE}).")
         need = {ModeKeys.TRAIN: ("loss", "train_op"), ModeKeys.EVAL: ("loss",),
                 ModeKeys.PREDICT: ("predictions",)}[mode]
-        missing = [n for n in need if getattr(spec, n) is None]
+        missing = [n for n in need if getattr(spec, n) is None
+                   or (n == "predictions" and isinstance(spec.predictions, Mapping)
+                       and not spec.predictions)]
         if missing:
             raise ModelFileError(
                 f"model_fn in {self.path} returned an EstimatorSpec without "
@@ -262,18 +265,20 @@ class _Receiver:
 
 
 def _outputs(spec: EstimatorSpec, mode: str) -> dict[str, Any] | None:
-    """The served outputs: ``export_outputs["serving_default"].outputs`` in PREDICT if
+    """The served outputs: those of ``export_outputs["serving_default"]`` in PREDICT if
     given, else ``predictions`` (a single Tensor as ``"output"``, as TF's PredictOutput)."""
     if mode == ModeKeys.PREDICT and spec.export_outputs:
         default = spec.export_outputs.get("serving_default")
         outs = getattr(default, "outputs", None)
-        if isinstance(outs, Mapping) and outs:
+        if not isinstance(outs, Mapping):  # ClassificationOutput, RegressionOutput
+            outs = {k: getattr(default, a) for k, a in
+                    (("classes", "classes"), ("scores", "scores"), ("outputs", "value"))
+                    if isinstance(getattr(default, a, None), Tensor)}
+        if outs:
             return dict(outs)
-    if spec.predictions is None:
-        return None
     if isinstance(spec.predictions, Tensor):
         return {"output": spec.predictions}
-    return dict(spec.predictions)
+    return dict(spec.predictions) if spec.predictions else None  # TF keeps none as {}
 
 
 def _get_or_create_global_step(graph: Any) -> None:

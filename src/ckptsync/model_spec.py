@@ -179,8 +179,8 @@ def load_build_net(path: str | os.PathLike[str]) -> Callable[..., ModelSpec]:
         # Deferred: model_fn_file builds ModelSpecs, so it imports this module (a cycle).
         from .model_fn_file import model_fn_net
 
-        log.info("Model file %s: model_fn(features, labels, mode, params) (the Estimator "
-                 "contract).", p)
+        log.debug("Model file %s: model_fn(features, labels, mode, params) (the Estimator "
+                  "contract).", p)
         return model_fn_net(module, p)
     if not callable(fn):
         raise ModelFileError(f"Model file {p} defines no {BUILD_NET_SIGNATURE} function "

@@ -92,7 +92,8 @@ def check_feedable(spec: Any, data: LabeledData, model_path: str, data_name: str
     if not missing:
         return
     t = missing[0]
-    what = f"placeholder {t.op.name!r} ({t.get_shape()} {t.dtype.name})"
+    dims = t.get_shape().as_list() if t.get_shape().ndims is not None else "unknown shape"
+    what = f"placeholder {t.op.name!r} ({dims} {t.dtype.name})"
     arrays = ", ".join(f"{k} {list(v.shape)}" for k, v in data.train.items())
     if contract == "model_fn":
         hint = ("expected a model_fn whose loss and train_op depend only on its features and "

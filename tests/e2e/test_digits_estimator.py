@@ -1,0 +1,67 @@
+"""``examples/digits_estimator.py`` (the digits CNN as a TF1 Estimator program) in each of
+its modes: ``trainer run`` then ``infer serve`` over HTTP, and ``ckptsync demo``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import httpx
+import numpy as np
+import pytest
+
+from ckptsync.checkpoint import read_checkpoint
+from ckptsync.data import load_digits
+
+from .conftest import REPO, cli, env, wait_for_file
+
+EXAMPLE = str(REPO / "examples" / "digits_estimator.py")
+
+
+def test_trainer_run_trains_the_estimator_example_and_infer_serve_serves_it(tmp_path, procs):
+    ckpts = tmp_path / "ckpts"
+    r = subprocess.run(
+        cli("trainer", "run", "--model", EXAMPLE, "--checkpoint-dir", str(ckpts), "--steps",
+            "200", "--save-every-steps", "100", "--log-format", "json"),
+        env=env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout.strip().splitlines()[-1])
+    assert s["global_step"] == 200
+    assert s["held_out_metrics"]["accuracy"] == s["held_out_accuracy"] >= 0.9, s
+    names = set(read_checkpoint(str(ckpts / "model.ckpt-200")))
+    # tf.layers' names, as TF1 gives them.
+    assert {"conv2d/kernel", "conv2d_1/bias", "dense/kernel", "dense_1/bias",
+            "global_step"} <= names
+
+    port_file = tmp_path / "port"
+    server = subprocess.Popen(
+        cli("infer", "serve", "--model", EXAMPLE, "--checkpoint-dir", str(ckpts), "--port",
+            "0", "--port-file", str(port_file), "--model-name", "digits"),
+        env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    procs.append(server)
+    port = int(wait_for_file(port_file, server))
+    test = load_digits().test
+    with httpx.Client(timeout=60) as client:
+        r2 = client.post(f"http://127.0.0.1:{port}/v1/models/digits:predict",
+                         json={"instances": test["x"].tolist()})
+    assert r2.status_code == 200, r2.text
+    out = r2.json()
+    assert out["model_version"] == 200
+    classes = np.array([p["classes"] for p in out["predictions"]])
+    probs = np.array([p["probabilities"] for p in out["predictions"]])
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-4)
+    # Served without dropout, as the trainer's EVAL-mode accuracy was measured.
+    assert float(np.mean(classes == test["y"])) == pytest.approx(s["held_out_accuracy"])
+
+
+def test_demo_shows_the_served_estimator_example_improving(tmp_path):
+    r = subprocess.run(
+        cli("main", "demo", "--model", EXAMPLE, "--steps", "200", "--save-every-steps", "40",
+            "--max-steps-per-s", "150", "--interval-s", "0.25", "--checkpoint-dir",
+            str(tmp_path / "ckpts")),
+        env=env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("served accuracy"))
+    first, last = (float(t) for t in line.split("first ")[1].split(" (")[0].split(" -> last "))
+    assert last > first and last >= 0.9
+    assert "0 failures" in line
