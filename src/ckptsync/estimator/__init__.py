@@ -1,12 +1,30 @@
-"""``cs.estimator``: TF1's ``tf.estimator`` over ckptsync's monitored sessions.
+"""``cs.estimator``: TF1's ``tf.estimator`` over ckptsync's monitored sessions, as TF
+2.15's ``tensorflow_estimator``.
 
-``ModeKeys`` and ``EstimatorSpec`` (what a ``model_fn`` returns) and ``export`` (serving
-input receivers and export outputs), as TF 2.15's ``tensorflow_estimator``. See
-``docs/estimator.md``.
+``Estimator`` (train / evaluate / predict a ``model_fn``), ``RunConfig``,
+``EstimatorSpec`` and ``ModeKeys`` (what a ``model_fn`` returns and is called for),
+``train_and_evaluate`` with ``TrainSpec``/``EvalSpec`` (local, or a trainer and an
+``evaluator`` task following its checkpoints), ``WarmStartSettings``, and ``export``
+(serving input receivers, export outputs). See ``docs/estimator.md``.
+
+Example:
+    >>> import ckptsync as tf
+    >>> def model_fn(features, labels, mode):
+    ...     w = tf.get_variable("w", [1], initializer=tf.zeros_initializer())
+    ...     loss = tf.reduce_mean(tf.square(features * w - labels))
+    ...     step = tf.train.get_global_step()
+    ...     train_op = tf.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=step)
+    ...     return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+    >>> est = tf.estimator.Estimator(model_fn, config=tf.estimator.RunConfig(
+    ...     log_step_count_steps=1000))  # doctest: +SKIP
 """
 
 from ..model_fn import EstimatorSpec  # noqa: F401
 from ..model_spec import ModeKeys  # noqa: F401
 from . import export  # noqa: F401
+from .estimator import Estimator, WarmStartSettings  # noqa: F401
+from .run_config import RunConfig  # noqa: F401
+from .training import EvalSpec, TrainSpec, train_and_evaluate  # noqa: F401
 
-__all__ = ["EstimatorSpec", "ModeKeys", "export"]
+__all__ = ["Estimator", "EstimatorSpec", "EvalSpec", "ModeKeys", "RunConfig", "TrainSpec",
+           "WarmStartSettings", "export", "train_and_evaluate"]

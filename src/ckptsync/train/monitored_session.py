@@ -109,6 +109,8 @@ class Scaffold:
             else:
                 self._saver = Saver(sharded=True, allow_empty=True)
                 g.add_to_collection(GraphKeys.SAVERS, self._saver)
+        if hasattr(self._saver, "build"):  # as TF1: a Saver(defer_build=True) is built here
+            self._saver.build()
         g.finalize()
         self._finalized = True
         return self
