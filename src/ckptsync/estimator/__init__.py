@@ -24,7 +24,7 @@ from ..model_spec import ModeKeys  # noqa: F401
 from . import export  # noqa: F401
 from .estimator import Estimator, WarmStartSettings  # noqa: F401
 from .run_config import RunConfig  # noqa: F401
-from .training import EvalSpec, TrainSpec, train_and_evaluate  # noqa: F401
+from .training import EvalSpec, Exporter, TrainSpec, train_and_evaluate  # noqa: F401
 
-__all__ = ["Estimator", "EstimatorSpec", "EvalSpec", "ModeKeys", "RunConfig", "TrainSpec",
-           "WarmStartSettings", "export", "train_and_evaluate"]
+__all__ = ["Estimator", "EstimatorSpec", "EvalSpec", "Exporter", "ModeKeys", "RunConfig",
+           "TrainSpec", "WarmStartSettings", "export", "train_and_evaluate"]

@@ -26,7 +26,7 @@ from ..train import CheckpointSaverListener, SecondOrStepTimer, SessionRunHook
 from .estimator import Estimator
 from .run_config import TaskType
 
-__all__ = ["TrainSpec", "EvalSpec", "train_and_evaluate"]
+__all__ = ["TrainSpec", "EvalSpec", "Exporter", "train_and_evaluate"]
 
 log = logging.getLogger("ckptsync.estimator")
 
@@ -112,14 +112,34 @@ class EvalSpec(collections.namedtuple("EvalSpec", [
                                start_delay_secs, throttle_secs)
 
 
+class Exporter:
+    """Called by ``train_and_evaluate`` after each evaluation, as TF's
+    ``tf.estimator.Exporter`` (an ``EvalSpec``'s ``exporters``). TF's subclasses write
+    SavedModels, which ckptsync has not: subclass this one (``infer serve`` serves the
+    checkpoints themselves)."""
+
+    @property
+    def name(self) -> str:
+        """The exporter's name, unique in an ``EvalSpec``; exports go under
+        ``model_dir/export/<name>``."""
+        raise NotImplementedError
+
+    def export(self, estimator: Any, export_path: str, checkpoint_path: str,
+               eval_result: dict[str, Any], is_the_final_export: bool) -> Any:
+        """Exports ``checkpoint_path`` (just evaluated: ``eval_result``); the value is
+        one of ``train_and_evaluate``'s export results. ``is_the_final_export``: the
+        checkpoint is at the training's ``max_steps``."""
+        raise NotImplementedError
+
+
 def _validate_exporters(exporters: Any) -> tuple[Any, ...]:
     if not exporters:
         return ()
-    if hasattr(exporters, "export") and hasattr(exporters, "name"):
+    if isinstance(exporters, Exporter):
         exporters = [exporters]
     names: list[str] = []
-    for e in exporters:
-        if not (hasattr(e, "export") and hasattr(e, "name")):
+    for e in exporters if isinstance(exporters, (list, tuple)) else [exporters]:
+        if not isinstance(e, Exporter):
             raise CkptsyncTypeError(
                 f"`exporters` must be an Exporter, an iterable of Exporter, or `None`, "
                 f"found {exporters}.")
@@ -163,7 +183,7 @@ class _Evaluator:
         metrics = self._estimator.evaluate(self._spec.input_fn, steps=self._spec.steps,
                                            name=self._spec.name, checkpoint_path=latest,
                                            hooks=self._spec.hooks)
-        final = bool(self._max_steps) and metrics["global_step"] >= self._max_steps  # type: ignore[operator]
+        final = bool(self._max_steps and metrics["global_step"] >= self._max_steps)
         exports = [e.export(estimator=self._estimator,
                             export_path=f"{self._estimator.model_dir}/export/{e.name}",
                             checkpoint_path=latest, eval_result=metrics,

@@ -16,6 +16,7 @@ from ..checkpoint import (  # noqa: F401
     remove_checkpoint,
     update_checkpoint_state,
 )
+from . import basic_session_run_hooks, session_run_hook  # noqa: F401
 from .adaptive_optimizers import (  # noqa: F401
     AdadeltaOptimizer,
     AdagradOptimizer,
@@ -33,6 +34,7 @@ from .basic_hooks import (  # noqa: F401
     StepCounterHook,
     StopAtStepHook,
 )
+from .broadcast import broadcast_global_variables  # noqa: F401
 from .checkpoint_utils import init_from_checkpoint  # noqa: F401
 from .learning_rate_decay import (  # noqa: F401
     cosine_decay,
