@@ -20,14 +20,18 @@ import importlib as _importlib
 
 from . import (  # noqa: F401
     contrib,
+    debugging,
     dtypes,
     errors,
+    gfile,
     layers,
     linalg,
+    logging,
     losses,  # noqa: F401
     math,
     metrics,  # noqa: F401
     nn,
+    random,
 )
 from .device import DeviceSpec  # noqa: F401
 from .dtypes import (  # noqa: F401
@@ -97,6 +101,7 @@ from .ops.array_ops import (  # noqa: F401
     zeros,
     zeros_like,
 )
+from .ops.check_ops import *  # noqa: F401,F403
 from .ops.clip_ops import *  # noqa: F401,F403
 from .ops.control_flow_ops import *  # noqa: F401,F403
 from .ops.conv_ops import *  # noqa: F401,F403
@@ -104,6 +109,7 @@ from .ops.elementwise_ops import *  # noqa: F401,F403
 from .ops.embedding_ops import *  # noqa: F401,F403
 from .ops.index_ops import *  # noqa: F401,F403
 from .ops.linalg_ops import *  # noqa: F401,F403
+from .ops.logging_ops import *  # noqa: F401,F403
 from .ops.manip_ops import *  # noqa: F401,F403
 from .ops.math_ops import (  # noqa: F401
     abs,
@@ -142,16 +148,20 @@ from .ops.nn_norm import *  # noqa: F401,F403
 from .ops.nn_ops import sigmoid, tanh  # noqa: F401
 from .ops.nn_topk import *  # noqa: F401,F403
 from .ops.random_ops import (  # noqa: F401
+    get_seed,
     random_normal,
+    random_shuffle,
     random_uniform,
     set_random_seed,
     truncated_normal,
 )
 from .ops.reduction_ops import *  # noqa: F401,F403
 from .ops.scatter_ops import *  # noqa: F401,F403
+from .ops.script_ops import *  # noqa: F401,F403
 from .ops.segment_ops import *  # noqa: F401,F403
 from .ops.selection_ops import *  # noqa: F401,F403
 from .ops.slicing_ops import *  # noqa: F401,F403
+from .ops.sort_ops import *  # noqa: F401,F403
 from .ops.state_ops import assign, assign_add, assign_sub, group, no_op  # noqa: F401
 from .session import (  # noqa: F401
     ConfigProto,
@@ -165,6 +175,7 @@ from .session import (  # noqa: F401
     get_default_session,
 )
 from .tensor_shape import Dimension, TensorShape, dimension_value  # noqa: F401
+from .v2_compat import *  # noqa: F401,F403
 from .variable_scope import (  # noqa: F401
     AUTO_REUSE,
     VariableScope,
@@ -190,12 +201,14 @@ from .variables import (  # noqa: F401
     variables_initializer,
 )
 
+# ckptsync's own version (what pip installed), not a TensorFlow version: see
+# docs/graph-language.md ("tf.__version__").
 __version__ = "0.1.0"
 
 
 def __getattr__(name: str):  # lazy subpackages that sit above the runtime
     if name in ("train", "estimator", "checkpoint", "serving", "distributed", "data",
-                "summary"):
+                "summary", "app", "flags", "compat"):
         return _importlib.import_module(f".{name}", __name__)
     if name in ("Summary", "Event", "SessionLog", "SummaryMetadata", "HistogramProto"):
         return getattr(_importlib.import_module(".summary", __name__), name)

@@ -7,6 +7,7 @@ Every module here is imported for its registrations. A module's ``__all__`` is e
 
 from . import (  # noqa: F401  (registration)  # noqa: F401  (registration; exported through __all__ / NN_EXPORTS)
     array_ops,
+    check_ops,
     clip_ops,
     control_flow_ops,
     conv_ops,
@@ -14,6 +15,7 @@ from . import (  # noqa: F401  (registration)  # noqa: F401  (registration; expo
     embedding_ops,
     index_ops,
     linalg_ops,
+    logging_ops,
     manip_ops,
     math_ops,
     nn_dropout,
@@ -25,9 +27,11 @@ from . import (  # noqa: F401  (registration)  # noqa: F401  (registration; expo
     random_ops,
     reduction_ops,
     scatter_ops,
+    script_ops,
     segment_ops,
     selection_ops,
     slicing_ops,
+    sort_ops,
     state_ops,
 )
 

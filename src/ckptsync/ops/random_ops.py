@@ -1,4 +1,5 @@
-"""Random tensors: ``random_uniform``, ``random_normal``, ``truncated_normal``.
+"""Random tensors: ``random_uniform``, ``random_normal``, ``truncated_normal``,
+``random_shuffle``.
 
 Seeds follow TF1's ``get_seed``: with a graph seed (``cs.set_random_seed``) and no op
 seed, the op seed is the graph's op counter, so two processes that build the same graph
@@ -20,7 +21,8 @@ from .array_ops import convert_to_tensor
 from .const_fold import constant_value_as_shape, has_tensor
 from .registry import register, single
 
-__all__ = ["random_uniform", "random_normal", "truncated_normal", "set_random_seed", "get_seed"]
+__all__ = ["random_uniform", "random_normal", "truncated_normal", "random_shuffle",
+           "set_random_seed", "get_seed"]
 
 DEFAULT_GRAPH_SEED = 87654321
 
@@ -135,3 +137,21 @@ def truncated_normal(shape: Any, mean: float = 0.0, stddev: float = 1.0,
     """Normal values redrawn beyond two standard deviations, as ``tf.truncated_normal``."""
     return _random("TruncatedNormal", shape, dtype, seed, name, mean=float(mean),
                    stddev=float(stddev))
+
+
+@register("RandomShuffle", kind="stateful", not_differentiable=True)
+def _shuffle_kernel(ctx: Any, op: Operation, x: Any) -> np.ndarray:
+    a = np.asarray(x)
+    if a.ndim == 0 or a.shape[0] <= 1:
+        return a
+    return a[ctx.rng(op).permutation(a.shape[0])]
+
+
+def random_shuffle(value: Any, seed: int | None = None, name: str | None = None) -> Tensor:
+    """``value`` with its first dimension in a random order, as ``tf.random_shuffle``
+    (op ``RandomShuffle``; a new order on every run; seeds as the other random ops).
+    ``[n, ...]`` of any dtype -> the same shape and dtype; no gradient."""
+    t = convert_to_tensor(value)
+    s1, s2 = get_seed(seed)
+    return single("RandomShuffle", [t], t.dtype, t.shape, name=name or "RandomShuffle",
+                  attrs={"seed": s1, "seed2": s2})
