@@ -277,3 +277,19 @@ def test_a_file_with_both_contracts_is_run_through_build_net(tmp_path):
                      "    raise AssertionError('model_fn must not be called')\n")
     s = _summary(_train(model, tmp_path / "c", "--steps", "5"))
     assert s["global_step"] == 5 and s["held_out_metrics"] == {}
+
+
+def test_eval_metric_ops_are_written_for_tensorboard(tmp_path):
+    event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    model = tmp_path / "mlp.py"
+    model.write_text(MLP)
+    logdir = tmp_path / "tb"
+    _summary(_train(model, tmp_path / "c", "--steps", "40", "--eval-every", "20",
+                    "--summary-dir", str(logdir)))
+    acc = event_accumulator.EventAccumulator(str(logdir))
+    acc.Reload()
+    assert {"held_out/loss", "held_out/accuracy", "held_out/mean_class"} \
+        <= set(acc.Tags()["scalars"])
+    # At each --eval-every step and at the end.
+    assert [e.step for e in acc.Scalars("held_out/mean_class")] == [20, 40, 40]
+    assert 0 <= acc.Scalars("held_out/mean_class")[-1].value <= 9

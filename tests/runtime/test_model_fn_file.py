@@ -4,7 +4,9 @@ the graphs each mode builds, the arguments matched as TF's Estimator matches the
 from __future__ import annotations
 
 import functools
+import json
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -120,3 +122,30 @@ def test_a_model_fn_without_labels_refuses_labelled_data(tmp_path):
     (tmp_path / "m.py").write_text("def model_fn(features, mode):\n    pass\n")
     with pytest.raises(ModelFileError, match="does not take labels, but the data has labels"):
         load_build_net(tmp_path / "m.py")(tf.Graph(), "cpu:0", tf.ModeKeys.TRAIN, data=DATA)
+
+
+GOLDEN = json.loads((Path(__file__).resolve().parents[1] / "goldens"
+                     / "model_fn_digits_estimator.json").read_text())
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "digits_estimator.py"
+DIGITS = DataSignature({"x": (np.dtype(np.float32), (64,))}, {"y": (np.dtype(np.int64), ())},
+                       "digits")
+
+
+@pytest.mark.parametrize("mode", [tf.ModeKeys.TRAIN, tf.ModeKeys.EVAL, tf.ModeKeys.PREDICT])
+def test_the_estimator_example_builds_the_graphs_tf_builds(mode):
+    """Against TF 2.15's own graphs of the same file (tests/goldens/make_model_fn_golden.py):
+    variables (names, shapes, order), metrics, serving signature."""
+    want = GOLDEN["modes"][mode]
+    g = tf.Graph()
+    spec = load_build_net(EXAMPLE)(g, "cpu:0", mode, data=DIGITS)
+    with g.as_default():
+        assert [[v.op.name, v.get_shape().as_list()] for v in tf.global_variables()] \
+            == want["global_variables"]
+        assert [[v.op.name, v.get_shape().as_list()] for v in tf.local_variables()] \
+            == want["local_variables"]
+    est = spec.extra["estimator_spec"]
+    assert sorted(est.eval_metric_ops or {}) == want["eval_metrics"]
+    assert {k: t.get_shape().as_list() for k, t in spec.inputs.items()} == want["inputs"]
+    if mode == tf.ModeKeys.PREDICT:
+        assert {k: [t.dtype.name, t.get_shape().as_list()] for k, t in spec.outputs.items()} \
+            == {k: [d, s] for k, (d, s) in want["outputs"].items()}

@@ -11,7 +11,7 @@ Tags: ``loss``, ``global_step/sec`` (TF1's StepCounterHook tag), ``held_out/loss
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import summary as _summary
@@ -43,14 +43,21 @@ class TrainerSummaries(CheckpointSaverListener):
         if items:
             self._writer.add_summary(summary_cls(value=items), step)
 
+    def held_out(self, step: int, loss: float | None, accuracy: float | None,
+                 metrics: Mapping[str, Any]) -> None:
+        """``held_out/loss``, ``held_out/accuracy`` and ``held_out/<metric>`` for each
+        scalar of a model_fn's ``eval_metric_ops`` (its accuracy is ``accuracy``)."""
+        self.scalars(step, held_out__loss=loss, held_out__accuracy=accuracy,
+                     **{f"held_out__{k}": v for k, v in metrics.items()
+                        if isinstance(v, float) and k != "accuracy"})
+
     def wrap(self, on_progress: Callable[[Progress], None] | None
              ) -> Callable[[Progress], None]:
         def report(p: Progress) -> None:
             if p.step % self._every == 0 or p.step == p.last_step:
                 self.scalars(p.step, loss=p.loss, **{"global_step/sec": p.steps_per_s})
-            if p.eval_loss is not None or p.eval_accuracy is not None:
-                self.scalars(p.step, held_out__loss=p.eval_loss,
-                             held_out__accuracy=p.eval_accuracy)
+            if p.eval_loss is not None or p.eval_accuracy is not None or p.eval_metrics:
+                self.held_out(p.step, p.eval_loss, p.eval_accuracy, p.eval_metrics or {})
             if on_progress is not None:
                 on_progress(p)
         return report

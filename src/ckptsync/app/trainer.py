@@ -162,10 +162,8 @@ def run_training(opts: TrainerOptions, on_progress: Callable[[Progress], None] |
                     batch = par.shard(next(iterator))
                     sess.run(train_op, feed_dict={feeds[k]: v for k, v in batch.items()})
             if tb:  # the held-out figures of the end (LoopHook.end)
-                tb.scalars(saver_hook.last_saved_step or 0, held_out__loss=loop.eval_loss,
-                           held_out__accuracy=loop.accuracy,
-                           **{f"held_out__{k}": v for k, v in loop.eval_metrics.items()
-                              if isinstance(v, float) and k != "accuracy"})
+                tb.held_out(saver_hook.last_saved_step or 0, loop.eval_loss, loop.accuracy,
+                            loop.eval_metrics)
         finally:
             if tb:
                 tb.close()
