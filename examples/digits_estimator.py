@@ -7,17 +7,23 @@ only) -> 10, ReLU, SAME padding, Adam. Features ``{"x": [batch, 64] float32}`` (
 ``probabilities`` float32 ``[batch, 10]``. Variables as TF1 names them (``conv2d/kernel``,
 ``dense_1/bias``, ...).
 
-It runs with only ``import ckptsync as tf`` where a TF1 program imports TensorFlow:
+It runs four ways, with only ``import ckptsync as tf`` where a TF1 program imports
+TensorFlow:
 
+    python examples/digits_estimator.py --model-dir /tmp/est      # Estimator + train_and_evaluate
     trainer run --model examples/digits_estimator.py --checkpoint-dir /tmp/cnn --steps 500
     infer serve --model examples/digits_estimator.py --checkpoint-dir /tmp/cnn
     ckptsync demo --model examples/digits_estimator.py
 
-``trainer run`` and ``infer serve`` call :func:`model_fn` themselves (they feed the data;
-:func:`input_fn`, the ``tf.data`` pipeline an Estimator trains on, is not used):
+As a script, ``tf.estimator.Estimator`` trains on :func:`input_fn`'s ``tf.data`` pipeline
+and ``train_and_evaluate`` evaluates each new checkpoint. ``trainer run`` and ``infer
+serve`` call :func:`model_fn` themselves (they feed the data; ``input_fn`` is not used):
 ``params`` is :data:`PARAMS`, the serving signature ``x -> classes, probabilities``
 comes from :func:`serving_input_receiver_fn`.
 """
+
+import argparse
+import json
 
 import ckptsync as tf
 
@@ -71,3 +77,26 @@ def input_fn(split, batch_size, epochs=None, shuffle=True):
     if shuffle:
         ds = ds.shuffle(1000, seed=0)
     return ds.repeat(epochs).batch(batch_size)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model-dir", required=True, help="Estimator's model_dir (checkpoints).")
+    ap.add_argument("--steps", type=int, default=600, help="Train until this global step.")
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--save-checkpoints-steps", type=int, default=200)
+    args = ap.parse_args(argv)
+    config = tf.estimator.RunConfig(save_checkpoints_steps=args.save_checkpoints_steps,
+                                    tf_random_seed=0, log_step_count_steps=100)
+    estimator = tf.estimator.Estimator(model_fn, model_dir=args.model_dir, config=config,
+                                       params=PARAMS)
+    train_spec = tf.estimator.TrainSpec(lambda: input_fn("train", args.batch_size),
+                                        max_steps=args.steps)
+    eval_spec = tf.estimator.EvalSpec(lambda: input_fn("test", 512, epochs=1, shuffle=False),
+                                      steps=None, throttle_secs=0)
+    metrics, _ = tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
+    print(json.dumps({k: float(v) for k, v in metrics.items()}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,10 +1,13 @@
 """``examples/digits_estimator.py`` (the digits CNN as a TF1 Estimator program) in each of
-its modes: ``trainer run`` then ``infer serve`` over HTTP, and ``ckptsync demo``."""
+its modes: ``trainer run`` then ``infer serve`` over HTTP, ``ckptsync demo``, and as a
+script (``tf.estimator.Estimator`` + ``train_and_evaluate``) whose ``model_dir`` is
+served."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+import sys
 
 import httpx
 import numpy as np
@@ -65,3 +68,30 @@ def test_demo_shows_the_served_estimator_example_improving(tmp_path):
     first, last = (float(t) for t in line.split("first ")[1].split(" (")[0].split(" -> last "))
     assert last > first and last >= 0.9
     assert "0 failures" in line
+
+
+def test_as_a_script_an_estimator_trains_it_and_infer_serve_serves_its_model_dir(
+        tmp_path, procs):
+    model_dir = tmp_path / "model_dir"
+    r = subprocess.run([sys.executable, EXAMPLE, "--model-dir", str(model_dir), "--steps",
+                        "200", "--save-checkpoints-steps", "100"],
+                       env=env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    metrics = json.loads(r.stdout.strip().splitlines()[-1])  # train_and_evaluate's
+    assert metrics["global_step"] == 200 and metrics["accuracy"] >= 0.9, metrics
+    # The Estimator's checkpoints are ckptsync's: infer serve follows its model_dir.
+    port_file = tmp_path / "port"
+    server = subprocess.Popen(
+        cli("infer", "serve", "--model", EXAMPLE, "--checkpoint-dir", str(model_dir),
+            "--port", "0", "--port-file", str(port_file), "--model-name", "digits"),
+        env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    procs.append(server)
+    port = int(wait_for_file(port_file, server))
+    test = load_digits().test
+    with httpx.Client(timeout=60) as client:
+        out = client.post(f"http://127.0.0.1:{port}/v1/models/digits:predict",
+                          json={"instances": test["x"].tolist()}).json()
+    assert out["model_version"] == 200
+    classes = np.array([p["classes"] for p in out["predictions"]])
+    # The served accuracy is the Estimator's own evaluation of that checkpoint.
+    assert float(np.mean(classes == test["y"])) == pytest.approx(metrics["accuracy"])
