@@ -21,7 +21,7 @@ CLI = ROOT / "cli"
 # itself names only the package's __init__).
 LAYERS: list[tuple[str, ...]] = [
     ("ckptsync.errors", "ckptsync.dtypes", "ckptsync.logging", "ckptsync.flags"),
-    ("ckptsync.checkpoint", "ckptsync.datasets", "ckptsync.gfile"),
+    ("ckptsync.checkpoint", "ckptsync.datasets", "ckptsync.gfile", "ckptsync.io"),
     ("ckptsync.workers",),
     (
         "ckptsync.graph", "ckptsync.tensor", "ckptsync.tensor_shape", "ckptsync.device",

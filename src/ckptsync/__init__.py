@@ -24,6 +24,7 @@ from . import (  # noqa: F401
     dtypes,
     errors,
     gfile,
+    io,
     layers,
     linalg,
     logging,
@@ -82,6 +83,7 @@ from .initializers import (  # noqa: F401
     variance_scaling_initializer,
     zeros_initializer,
 )
+from .logging import get_logger  # noqa: F401
 from .model_spec import ModeKeys, ModelSpec  # noqa: F401
 from .ops.array_ops import (  # noqa: F401
     concat,

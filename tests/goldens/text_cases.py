@@ -220,6 +220,8 @@ def failing_checks(tf: Any, d: str) -> list[list[Any]]:
 GFILE_NAMES = ("Copy", "DeleteRecursively", "Exists", "FastGFile", "GFile", "Glob",
                "IsDirectory", "ListDirectory", "MakeDirs", "MkDir", "Open", "Remove", "Rename",
                "Stat", "Walk")
+IO_GFILE_NAMES = ("GFile", "copy", "exists", "glob", "isdir", "join", "listdir", "makedirs",
+                  "mkdir", "remove", "rename", "rmtree", "stat", "walk")
 
 
 def gfile(tf: Any, d: str) -> list[list[Any]]:
@@ -324,6 +326,13 @@ def gfile(tf: Any, d: str) -> list[list[Any]]:
     t("Walk missing", lambda: list(g.Walk(j("nope"))))
     t("Open is GFile", lambda: g.Open is g.GFile)
     t("names missing", lambda: [n for n in GFILE_NAMES if not hasattr(g, n)])
+    io = tf.io.gfile
+    t("io.gfile names missing", lambda: [n for n in IO_GFILE_NAMES if not hasattr(io, n)])
+    t("io.gfile.makedirs listdir exists", lambda: [io.makedirs(j("v2", "a")), io.listdir(j("v2")),
+                                                   io.exists(j("v2", "a")), io.isdir(j("v2"))])
+    t("io.gfile.listdir missing", lambda: io.listdir(j("v3")))
+    t("io.gfile.rmtree missing", lambda: io.rmtree(j("v3")))
+    t("io.gfile.join", lambda: io.join("a", "b", "c.txt"))
     return rows
 
 

@@ -81,11 +81,7 @@ def _static_text(x: Any) -> str:
     if not isinstance(x, Tensor):
         return str(x)
     v = constant_value(x)
-    if v is None:
-        return str(x)
-    if x.dtype == _dtypes.string:
-        v = np.vectorize(lambda b: b.decode() if isinstance(b, bytes) else b, otypes=[object])(v)
-    return str(v)
+    return str(x) if v is None else str(v)
 
 
 def _assert_static(ok: bool, data: list[Any]) -> None:

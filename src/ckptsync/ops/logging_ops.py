@@ -157,7 +157,7 @@ def _is_tensor(x: Any) -> bool:
     return isinstance(x, Tensor) or hasattr(x, "_as_graph_element")
 
 
-def print(*inputs: Any, output_stream: Any = None, summarize: int = 3,  # noqa: A001
+def print(*inputs: Any, output_stream: Any = None, summarize: int | None = 3,  # noqa: A001
           sep: str = " ", end: str = os.linesep, name: str | None = None) -> Operation:
     """An op that writes ``inputs`` when it runs, as TF's ``tf.print``.
 
@@ -186,7 +186,8 @@ def print(*inputs: Any, output_stream: Any = None, summarize: int = 3,  # noqa: 
                    attrs={"output_stream": stream, "end": end})
 
 
-def _format(inputs: tuple[Any, ...], sep: str, summarize: int, name: str | None) -> Tensor:
+def _format(inputs: tuple[Any, ...], sep: str, summarize: int | None, name: str | None
+            ) -> Tensor:
     free = [_pack(x, ["" if _is_tensor(v) else v for v in _flatten(x)]) for x in inputs]
     free_text = " ".join(pprint.pformat(x) for x in free)
     placeholder, rng = "{}", random.Random(5)
@@ -206,5 +207,5 @@ def _format(inputs: tuple[Any, ...], sep: str, summarize: int, name: str | None)
     template = sep.join(templates).replace(f"'{placeholder}'", placeholder)
     op = make_op("StringFormat", tensors, [_dtypes.string], [[]], name=name or "StringFormat",
                  attrs={"template": template, "placeholder": placeholder,
-                        "summarize": int(summarize)})
+                        "summarize": 3 if summarize is None else int(summarize)})
     return op.outputs[0]

@@ -66,7 +66,7 @@ def format_element(v: object, quote: bool = False) -> str:
 
 
 def _flat(a: np.ndarray) -> list[object]:
-    return list(a.reshape(-1)) if a.dtype != object else [x for x in a.reshape(-1)]
+    return list(a.reshape(-1))
 
 
 def summarize_v1(value: object, max_entries: int = 3) -> str:
