@@ -97,3 +97,21 @@ def test_random_namespace_is_the_random_ops():
     assert all(sorted(r[:, 0].tolist()) == [1, 2, 3, 4] and (r[:, 0] == r[:, 1]).all()
                for r in runs)
     assert len({r[:, 0].tobytes() for r in runs}) > 1  # a new order per run
+
+
+@pytest.mark.timeout(60)
+def test_without_absl_only_the_flags_are_missing_and_the_error_names_the_extra():
+    program = textwrap.dedent('''
+        import sys
+        sys.modules["absl"] = None  # as if absl-py were not installed
+        import ckptsync as tf
+        tf.logging.info("fine"); tf.gfile.Exists("."); tf.app.TrainerOptions
+        try:
+            tf.app.flags
+        except ImportError as e:
+            print(e)
+    ''')
+    r = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                       timeout=60, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stderr
+    assert "pip install 'ckptsync[flags]'" in r.stdout
