@@ -253,3 +253,28 @@ def test_a_finite_input_ends_training_with_a_final_checkpoint(tmp_path):
     est.train(eval_input_fn)  # 8 examples, batches of 4: 2 steps
     assert os.path.basename(est.latest_checkpoint()) == "model.ckpt-2"
     assert est.train(eval_input_fn, max_steps=2) is est  # reached already: returns at once
+
+
+def test_numpy_input_fn_of_an_array_and_a_label_dict(tmp_path):
+    def array_model(features, labels, mode):
+        w = tf.get_variable("w", [2, 1], initializer=tf.ones_initializer())
+        y = tf.reshape(tf.matmul(features, w), [-1])  # features: the array itself, a Tensor
+        if mode == tf.estimator.ModeKeys.PREDICT:
+            return tf.estimator.EstimatorSpec(mode, predictions={"y": y})
+        loss = tf.losses.mean_squared_error(labels["t"], y)
+        train_op = tf.train.GradientDescentOptimizer(0.1).minimize(
+            loss, global_step=tf.train.get_global_step())
+        return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+    est = tf.estimator.Estimator(array_model, str(tmp_path))
+    fn = tf.estimator.inputs.numpy_input_fn(X, {"t": Y}, batch_size=3, num_epochs=1,
+                                            shuffle=True)
+    est.train(fn)  # 8 examples in batches of 3: 3 steps, the last of 2
+    assert int(est.get_variable_value("global_step")) == 3
+    preds = list(est.predict(tf.estimator.inputs.numpy_input_fn(X, shuffle=False)))
+    assert len(preds) == 8
+
+
+def test_export_saved_model_says_what_to_do_instead(tmp_path):
+    with pytest.raises(tf.errors.UnimplementedError, match="infer serve"):
+        estimator(tmp_path).export_saved_model(str(tmp_path / "export"), lambda: None)

@@ -71,7 +71,7 @@ def test_predict_yields_tfs_outputs(ours, key):
 
 def test_training_event_file_has_tfs_tags_and_steps(ours):
     want, got = TF["events_model_dir"]["scalars"], ours["events_model_dir"]["scalars"]
-    assert sorted(want) == ["global_step/sec", "loss"]
+    assert sorted(want) == ["global_step/sec", "loss", "y_mean"]
     assert close(want, got), (want, got)
 
 
@@ -96,3 +96,8 @@ def test_errors_are_tfs(ours, name):
     got_type, got_message = ours["errors"][name]
     assert got_type == want_type, (name, ours["errors"][name])
     assert want_message in got_message, (name, want_message, got_message)
+
+
+def test_numpy_input_fn_batches_and_errors_are_tfs(ours):
+    assert close(TF["numpy_input_fn"], ours["numpy_input_fn"]), (TF["numpy_input_fn"],
+                                                                 ours["numpy_input_fn"])

@@ -101,6 +101,9 @@ def run(tf: Any, workdir: str) -> dict[str, Any]:
             return est_lib.EstimatorSpec(mode, loss=loss, eval_metric_ops={
                 "rmse": tf.metrics.root_mean_squared_error(labels, y),
                 "mean_y": tf.metrics.mean(y)})
+        # Written by the trainer's merge_all. Of y, which the update waits for: a summary of
+        # w itself races with the update in TF (its value at a step is not TF's to fix).
+        tf.summary.scalar("y_mean", tf.reduce_mean(y))
         opt = tf.train.GradientDescentOptimizer(params["lr"])
         train_op = opt.minimize(loss, global_step=tf.train.get_global_step())
         return est_lib.EstimatorSpec(mode, loss=loss, train_op=train_op)
@@ -161,6 +164,25 @@ def run(tf: Any, workdir: str) -> dict[str, Any]:
     out["events_model_dir"] = _events(model_dir)
     out["events_eval"] = _events(os.path.join(model_dir, "eval"))
     out["events_eval_two"] = _events(os.path.join(model_dir, "eval_two"))
+
+    # tf.estimator.inputs.numpy_input_fn: 24 examples over two epochs in batches of 5.
+    np_dir = os.path.join(workdir, "numpy")
+    est3 = est_lib.Estimator(model_fn, model_dir=np_dir, params={"lr": 0.1})
+    est3.train(est_lib.inputs.numpy_input_fn({"x": X}, Y, batch_size=5, num_epochs=2,
+                                             shuffle=False))
+    out["numpy_input_fn"] = {
+        "values": {n: _plain(est3.get_variable_value(n)) for n in ("w", "b", "global_step")},
+        "predict": _plain(list(est3.predict(est_lib.inputs.numpy_input_fn(
+            {"x": X[:3]}, batch_size=2, shuffle=False)))),
+        "errors": {
+            "shuffle": _error(lambda: est_lib.inputs.numpy_input_fn({"x": X})),
+            "empty": _error(lambda: est_lib.inputs.numpy_input_fn({}, shuffle=False)()),
+            "lengths": _error(lambda: est_lib.inputs.numpy_input_fn(
+                {"x": X}, Y[:3], shuffle=False)()),
+            "duplicate": _error(lambda: est_lib.inputs.numpy_input_fn(
+                {"x": X}, {"x": Y}, shuffle=False)()),
+            "type": _error(lambda: est_lib.inputs.numpy_input_fn([1], shuffle=False)()),
+        }}
 
     # train_and_evaluate, locally: an evaluation after each checkpoint (throttle 0).
     tae_dir = os.path.join(workdir, "tae")

@@ -5,7 +5,7 @@
 ``EstimatorSpec`` and ``ModeKeys`` (what a ``model_fn`` returns and is called for),
 ``train_and_evaluate`` with ``TrainSpec``/``EvalSpec`` (local, or a trainer and an
 ``evaluator`` task following its checkpoints), ``WarmStartSettings``, and ``export``
-(serving input receivers, export outputs). See ``docs/estimator.md``.
+(serving input receivers, export outputs) and ``inputs.numpy_input_fn``. See ``docs/estimator.md``.
 
 Example:
     >>> import ckptsync as tf
@@ -21,10 +21,10 @@ Example:
 
 from ..model_fn import EstimatorSpec  # noqa: F401
 from ..model_spec import ModeKeys  # noqa: F401
-from . import export  # noqa: F401
+from . import export, inputs  # noqa: F401
 from .estimator import Estimator, WarmStartSettings  # noqa: F401
 from .run_config import RunConfig  # noqa: F401
 from .training import EvalSpec, Exporter, TrainSpec, train_and_evaluate  # noqa: F401
 
 __all__ = ["Estimator", "EstimatorSpec", "EvalSpec", "Exporter", "ModeKeys", "RunConfig",
-           "TrainSpec", "WarmStartSettings", "export", "train_and_evaluate"]
+           "TrainSpec", "WarmStartSettings", "export", "inputs", "train_and_evaluate"]

@@ -18,7 +18,6 @@ from __future__ import annotations
 import copy
 import logging
 import os
-import re
 import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -26,7 +25,7 @@ from typing import Any
 from .. import checkpoint as _ckpt
 from .. import metrics as _metrics
 from .. import summary as _summary
-from ..errors import CkptsyncValueError
+from ..errors import CkptsyncValueError, UnimplementedError
 from ..graph import Graph, GraphKeys, add_to_collection, get_collection
 from ..model_fn import EstimatorSpec
 from ..model_spec import ModeKeys
@@ -47,42 +46,14 @@ from ..train import (
     SummarySaverHook,
     create_global_step,
     get_global_step,
-    init_from_checkpoint,
 )
-from ..variables import trainable_variables
 from . import _util
 from .run_config import RunConfig, TaskType
+from .warm_start import WarmStartSettings, warm_start
 
 __all__ = ["Estimator", "WarmStartSettings"]
 
 log = logging.getLogger("ckptsync.estimator")
-
-
-class WarmStartSettings:
-    """Where a first ``train`` takes its starting values from, as TF's
-    ``tf.estimator.WarmStartSettings``: the trainable variables whose names match
-    ``vars_to_warm_start`` (a regex, or a list of names) are read, under the same name,
-    from ``ckpt_to_initialize_from`` (a checkpoint prefix or directory)."""
-
-    def __init__(self, ckpt_to_initialize_from: str, vars_to_warm_start: Any = ".*",
-                 var_name_to_vocab_info: Any = None, var_name_to_prev_var_name: Any = None):
-        if var_name_to_vocab_info:
-            raise CkptsyncValueError("WarmStartSettings: var_name_to_vocab_info is not supported.")
-        self.ckpt_to_initialize_from = os.fspath(ckpt_to_initialize_from)
-        self.vars_to_warm_start = vars_to_warm_start
-        self.var_name_to_prev_var_name = dict(var_name_to_prev_var_name or {})
-
-
-def _warm_start(settings: WarmStartSettings) -> None:
-    """As TF's ``tf.compat.v1.train.warm_start`` for trainable variables."""
-    pattern = settings.vars_to_warm_start
-    names = [v.op.name for v in trainable_variables()]
-    if isinstance(pattern, str):
-        chosen = [n for n in names if re.match(pattern, n)]
-    else:
-        chosen = [n for n in names if n in set(pattern or ())]
-    init_from_checkpoint(settings.ckpt_to_initialize_from, {
-        settings.var_name_to_prev_var_name.get(n, n): n for n in chosen})
 
 
 def _overwrite_model_dir(config: Any, model_dir: Any) -> RunConfig:
@@ -267,7 +238,7 @@ class Estimator:
         cfg = self._config
         if self._warm_start is not None and not _ckpt.latest_checkpoint(self._model_dir):
             log.info("Warm-starting from %s", self._warm_start.ckpt_to_initialize_from)
-            _warm_start(self._warm_start)
+            warm_start(self._warm_start)
         if not any(x.op.name == "loss" for x in get_collection(GraphKeys.SUMMARIES)):
             _summary.scalar("loss", spec.loss)
         add_to_collection(GraphKeys.LOSSES, spec.loss)
@@ -364,7 +335,7 @@ class Estimator:
             update_ops = [metric_ops[k][1] for k in sorted(metric_ops)]
             eval_dict = {k: metric_ops[k][0] for k in sorted(metric_ops)}
             if not checkpoint_path and self._warm_start is not None:
-                _warm_start(self._warm_start)
+                warm_start(self._warm_start)
             if GraphKeys.GLOBAL_STEP in eval_dict:
                 raise CkptsyncValueError(
                     "Metric with name `global_step` is not allowed, because Estimator already "
@@ -383,6 +354,23 @@ class Estimator:
         _util.write_dict_to_summary(self.eval_dir(name), results,
                                     int(results[GraphKeys.GLOBAL_STEP]), checkpoint_path)
         return results
+
+    # ------------------------------------------------------------------ export
+    def export_saved_model(self, export_dir_base: str, serving_input_receiver_fn: Any,
+                           *args: Any, **kwargs: Any) -> None:
+        """Not supported: ckptsync has no SavedModel format. ``infer serve --model FILE
+        --checkpoint-dir MODEL_DIR`` serves ``model_dir``'s checkpoints with the
+        ``model_fn`` file's ``serving_input_receiver_fn`` (docs/estimator.md).
+
+        Raises:
+            UnimplementedError: always.
+        """
+        raise UnimplementedError(None, None, (
+            "Estimator.export_saved_model: ckptsync writes no SavedModel; serve model_dir's "
+            "checkpoints with `infer serve --model FILE --checkpoint-dir MODEL_DIR` (FILE "
+            "defining model_fn and serving_input_receiver_fn)."))
+
+    export_savedmodel = export_saved_model
 
     # ------------------------------------------------------------------ predict
     def predict(self, input_fn: Callable[..., Any], predict_keys: list[str] | None = None,
@@ -406,9 +394,14 @@ class Estimator:
         g = self._new_graph()
         with g.as_default():
             features, _, input_hooks = self._call_input_fn(input_fn, ModeKeys.PREDICT)
+            if not any(op.type == "IteratorGetNext" for op in g.get_operations()):
+                # as TF: without a tf.data iterator nothing ends the input
+                log.warning("Input graph does not use tf.data.Dataset or contain a "
+                            "QueueRunner. That means predict yields forever. This is "
+                            "probably a mistake.")
             spec = self._call_model_fn(features, None, ModeKeys.PREDICT, self.config)
             if not checkpoint_path and self._warm_start is not None:
-                _warm_start(self._warm_start)
+                warm_start(self._warm_start)
             predictions = _extract_keys(spec.predictions, predict_keys)
             creator = ChiefSessionCreator(scaffold=spec.scaffold or Scaffold(),
                                           checkpoint_filename_with_path=checkpoint_path)
