@@ -88,8 +88,8 @@ class RunConfig:
         save_summary_steps: write the summaries (``loss``, ``merge_all``) every N global
             steps (100; 0 for none).
         save_checkpoints_steps, save_checkpoints_secs: checkpoint every N steps or N
-            seconds (at most one; neither given: every 600 s, as TF; both None: only the
-            first and last checkpoints of a ``train`` call are not written either).
+            seconds (at most one; neither given: every 600 s; one given as None and the
+            other not given, or both None: no checkpoints at all; as TF).
         session_config: a ``ConfigProto`` or None.
         keep_checkpoint_max: newest checkpoints kept (5; 0 keeps all).
         keep_checkpoint_every_n_hours: also keep one per this many hours (10000).
