@@ -16,7 +16,7 @@ from typing import Any
 from . import dtypes as _dtypes
 from .errors import CkptsyncValueError
 from .graph import GraphKeys, Operation, Tensor, get_default_graph, get_default_session
-from .ops.array_ops import convert_to_tensor
+from .ops.array_ops import convert_to_tensor, identity
 from .ops.registry import register_special
 from .ops.state_ops import assign, assign_add, assign_sub, group
 from .tensor import OVERLOADABLE_OPERATORS
@@ -133,13 +133,19 @@ class Variable:
         return self._variable.shape
 
     def value(self) -> Tensor:
-        """The variable's tensor (the ``VariableV2`` op's output, of its dtype and shape):
-        read, it yields the start-of-run value; as the ref input of an assign or an
-        optimizer's apply op, it names the variable that op writes."""
+        """The variable's tensor (the ``VariableV2`` op's output, of its dtype and shape),
+        as TF1's ref variable's ``value()``: an op reading it sees every write of the
+        variable ordered before that op (a data or control dependency), as TF1; as the
+        ref input of an assign or an optimizer's apply op, it names the variable that op
+        writes. No op is added (fetched alone it runs nothing, as TF1's snapshot)."""
         return self._variable
 
     def read_value(self) -> Tensor:
-        return self._variable
+        """A new ``Identity`` op (``read``, in the current name scope) of the variable's
+        value, under the current control dependencies, as TF1's ``read_value``:
+        ``with tf.control_dependencies([assign]): v.read_value()`` gives the assigned
+        value."""
+        return identity(self._variable, name="read")
 
     def initialized_value(self) -> Tensor:
         return self._initial_value

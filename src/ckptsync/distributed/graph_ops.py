@@ -8,8 +8,8 @@ outputs their N reductions, fused: in a session, through the bucket buffers the
 producers of its inputs write into (:mod:`._allreduce_buffers`); as a plain kernel (one
 rank, or inputs of unknown static shape), through one :func:`~.collectives.allreduce` call;
 ``BroadcastGlobalVariables`` reads every global variable's session value, broadcasts them
-from the root in one fused call and writes them back (the writes land when the run ends,
-as every assignment in ckptsync).
+from the root in one fused call and writes them back (reads ordered after the op see
+them; other runs see them when the run ends, as every assignment in ckptsync).
 """
 
 from __future__ import annotations
@@ -89,7 +89,8 @@ def allreduce_tensors(tensors: Sequence[Any], op: ReduceOp = ReduceOp.MEAN,
 
 
 # ------------------------------------------------------------------ broadcast
-@register("BroadcastGlobalVariables", kind="stateful")
+@register("BroadcastGlobalVariables", kind="stateful",
+          writes=lambda op: op.attrs["variables"])
 def _broadcast_kernel(ctx: Any, op: Operation) -> None:
     names: list[str] = op.attrs["variables"]
     root: int = op.attrs["root_rank"]

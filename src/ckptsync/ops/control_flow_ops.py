@@ -3,8 +3,9 @@
 ``cond(pred, true_fn, false_fn)`` traces each branch into a sub-graph
 (:mod:`.func_graph`) and adds one ``If`` op whose inputs are ``pred`` and the tensors
 the branches capture from outside. Its kernel runs only the taken branch's ops, inside
-the same run (same start-of-run variable values; assignments in the branch land when
-the run ends). The user-visible results are ``Identity`` ops named as TF1's
+the same run (a read in the branch sees the run's earlier assignments of a variable, and
+reads after the ``If`` op see the branch's, see :mod:`ckptsync.session.ordering`). The
+user-visible results are ``Identity`` ops named as TF1's
 (``cond/Merge:0``, ``cond/Merge_1:0``, ...).
 
 Gradients: ``If``'s gradient is a ``CondGrad`` op that runs the gradient of the branch
@@ -145,7 +146,8 @@ def call_branches(p: Tensor, branches: list[SubGraph]) -> list[Tensor]:
     return [identity(o, name="Merge") for o in op.outputs[:-1]]
 
 
-@register("If", kind="stateful", grad=lambda op, *g: _if_grad(op, *g))
+@register("If", kind="stateful", grad=lambda op, *g: _if_grad(op, *g),
+          subgraphs=lambda op: op.attrs["spec"].branches)
 def _if_kernel(ctx: Any, op: Operation, pred: Any, *ins: Any) -> tuple[Any, ...]:
     spec: CondSpec = op.attrs["spec"]
     p = np.asarray(pred)
@@ -227,7 +229,7 @@ def _if_grad(op: Operation, *grads: Any) -> list[Any]:
     return result
 
 
-@register("CondGrad", kind="stateful")
+@register("CondGrad", kind="stateful", subgraphs=lambda op: op.attrs["spec"].subs)
 def _cond_grad_kernel(ctx: Any, op: Operation, blob: Any, *ins: Any) -> Any:
     gspec: CondGradSpec = op.attrs["spec"]
     b, fwd_ins, saved = blob

@@ -62,7 +62,7 @@ def _gather_kernel(params: np.ndarray, indices: np.ndarray, *, axis: int,
     return _gather(None, params, indices, axis, batch_dims)
 
 
-@register("ResourceGather", kind="stateful", ref_inputs=(0,),
+@register("ResourceGather", kind="stateful", ref_inputs=(0,), read_refs=(0,),
           grad=lambda op, g: _gather_grad(op, g))
 def _resource_gather_kernel(ctx: Any, op: Operation, _ref: None,
                             indices: np.ndarray) -> np.ndarray:
@@ -70,7 +70,8 @@ def _resource_gather_kernel(ctx: Any, op: Operation, _ref: None,
     return _gather(op, params, indices, op.attrs["axis"], op.attrs["batch_dims"])
 
 
-@register("VariableShape", kind="stateful", ref_inputs=(0,), not_differentiable=True)
+@register("VariableShape", kind="stateful", ref_inputs=(0,), read_refs=(0,),
+          not_differentiable=True)
 def _variable_shape_kernel(ctx: Any, op: Operation, _ref: None) -> np.ndarray:
     return np.asarray(ctx.read(op.inputs[0].op.name).shape, dtype=op.attrs["out_type"].np)
 

@@ -11,7 +11,10 @@ executor: ``RunContext.compile``/``execute``). Variable references (an ``assign`
 target) are not captured: assignments inside a branch write the session's variable; a
 variable read through a reference by a differentiable op (a sparse gather) also becomes
 an input of the ``If``/``While`` op, for gradients. A variable created inside a branch
-belongs to the enclosing graph.
+belongs to the enclosing graph. A variable's value read inside is captured like any
+tensor, but its ``_Arg`` is known to stand for the variable (``FuncContext.variables``),
+so that the sub-graph's plan reads it as the variable: with the run's own earlier
+writes, as TF1's ref variables (see :mod:`ckptsync.session.ordering`).
 
 A gradient context (``forward=`` a sub-graph's context) captures the forward's tensors
 as *saved* values instead: the forward kernel fetches them too and hands them to the
@@ -56,6 +59,8 @@ class FuncContext:
             reference (not fed: the kernel reads the variable; an input of the
             ``If``/``While`` op so that gradients reach the variable).
         control: outside ops that ops inside named as control inputs.
+        variables: id(``_Arg``) -> the name of the variable op it stands for (a captured
+            variable, or the ``_Arg`` of an enclosing context that stands for one).
     """
 
     def __init__(self, graph: Graph, forward: FuncContext | None = None, arg_name: str = "Arg"):
@@ -67,6 +72,7 @@ class FuncContext:
         self.saved: list[tuple[Tensor, Tensor]] = []
         self.control: list[Operation] = []
         self.ref_captures: list[Tensor] = []
+        self.variables: dict[int, str] = {}
         self._inner: dict[int, Tensor] = {}
 
     def contains(self, op: Operation) -> bool:
@@ -90,6 +96,9 @@ class FuncContext:
                 self.saved.append((t, inner))
             else:
                 self.captures.append((t, inner))
+                var = _variable_of(t)
+                if var is not None:
+                    self.variables[id(inner)] = var
         return inner
 
     def capture_inputs(self, op_type: str, inputs: Any, ctrl: list[Operation]
@@ -109,6 +118,21 @@ class FuncContext:
             elif all(c is not o for o in self.control):
                 self.control.append(c)
         return new, keep
+
+
+def _variable_of(t: Tensor) -> str | None:
+    """The name of the variable op ``t`` stands for: a variable's own tensor, or the
+    ``_Arg`` of an active context that captured one; else None."""
+    if t.op.type == "VariableV2":
+        return t.op.name
+    hook = t.graph._func_hook
+    if t.op.type != "_Arg" or hook is None:
+        return None
+    for c in hook.stack:
+        name = c.variables.get(id(t))
+        if name is not None:
+            return name
+    return None
 
 
 class _Hook:
@@ -173,7 +197,8 @@ class SubGraph:
         key = (len(self.saved), len(self.ctx.captures))
         cached = self._plan
         if cached is None or cached[:2] != key:
-            plan = run_ctx.compile([*self.outputs, *self.saved], self.fed())
+            plan = run_ctx.compile([*self.outputs, *self.saved], self.fed(),
+                                   self.ctx.variables)
             cached = self._plan = (*key, plan)
         res = run_ctx.execute(cached[2], feeds)
         n = len(self.outputs)

@@ -22,7 +22,7 @@ from .. import dtypes as _dtypes
 from ..errors import CkptsyncTypeError, CkptsyncValueError
 from ..graph import Tensor
 from ..tensor_shape import TensorShape, broadcast_static_shape
-from .array_ops import convert_to_tensor, sum_to_shape_of, zeros_like
+from .array_ops import convert_to_tensor, identity, sum_to_shape_of, zeros_like
 from .registry import register, single
 
 __all__ = [
@@ -299,12 +299,18 @@ def _add_n_kernel(*xs: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 
 
 def add_n(inputs: Any, name: str | None = None) -> Tensor:
-    """Sums a list of same-shaped tensors, as ``tf.add_n``."""
+    """Sums a list of same-shaped tensors, as ``tf.add_n`` (``AddN``). One input is
+    returned as it is, or, with a ``name``, through an ``Identity`` of that name, as TF.
+
+    Raises:
+        ValueError: no inputs; shapes differ. TypeError: dtypes differ; bool inputs.
+    """
     xs = [convert_to_tensor(x) for x in inputs]
     if not xs:
-        raise CkptsyncValueError("add_n: inputs must be a non-empty list of tensors.")
+        raise CkptsyncValueError("Inputs must be an iterable of at least one "
+                                 "Tensor/IndexedSlices with the same dtype and shape.")
     if len(xs) == 1:
-        return xs[0]
+        return xs[0] if name is None else identity(xs[0], name=name)
     check_not_bool("AddN", xs[0])
     shp = TensorShape(None)
     for x in xs:

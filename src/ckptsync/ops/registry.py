@@ -10,10 +10,17 @@ and its gradient function side by side::
 Kernel kinds, which tell the session how to call a kernel:
     ``pure``        ``kernel(*input_arrays, **attrs) -> array | tuple of arrays``
     ``stateful``    ``kernel(ctx, op, *input_arrays) -> array | tuple``; may read and
-                    write variables through ``ctx`` (writes land when the run ends) or
-                    draw random numbers from ``ctx.rng(op)``.
+                    write variables through ``ctx`` (a read sees the run's own earlier
+                    writes; the writes land in the session when the run ends) or draw
+                    random numbers from ``ctx.rng(op)``.
     ``placeholder`` must be fed.
-    ``variable``    yields the variable's value at the start of the run.
+    ``variable``    yields the variable's value (see :mod:`ckptsync.session.ordering`).
+
+What a stateful op writes, for the session to order reads after writes (as TF1's ref
+variables, see :mod:`ckptsync.session.ordering`): the variables of its ``ref_inputs``
+but those in ``read_refs`` (inputs it only reads, as a sparse gather), the names its
+``writes`` function gives (an op that names its variables in attrs), and what the
+sub-graphs its ``subgraphs`` function gives write (a cond's branches, a loop's body).
 
 Two optional capabilities let the session skip a copy between ops (a fused allreduce of
 hundreds of gradients, see :mod:`ckptsync.distributed`):
@@ -81,6 +88,12 @@ class OpDef:
     accepts_out: bool = False
     # A stateful op that plans its inputs' buffers (see the module docstring).
     fuse_inputs: FusePlanner | None = None
+    # Ref inputs the kernel only reads (the others it writes).
+    read_refs: tuple[int, ...] = field(default_factory=tuple)
+    # op -> names of the variable ops it writes other than through its ref inputs.
+    writes: Callable[[Operation], Sequence[str]] | None = None
+    # op -> the sub-graphs (``func_graph.SubGraph``) its kernel runs.
+    subgraphs: Callable[[Operation], Sequence[Any]] | None = None
 
 
 _REGISTRY: dict[str, OpDef] = {}
@@ -95,8 +108,15 @@ def register(
     not_differentiable: bool = False,
     accepts_out: bool = False,
     fuse_inputs: FusePlanner | None = None,
+    read_refs: tuple[int, ...] = (),
+    writes: Callable[[Operation], Sequence[str]] | None = None,
+    subgraphs: Callable[[Operation], Sequence[Any]] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Registers ``op_type``'s kernel (the decorated function) with its gradient."""
+    if not set(read_refs) <= set(ref_inputs):
+        raise CkptsyncValueError(f"Op type {op_type!r}: read_refs must be among ref_inputs.")
+    if (writes is not None or subgraphs is not None) and kind != "stateful":
+        raise CkptsyncValueError(f"Op type {op_type!r}: only stateful ops write variables.")
     if accepts_out and kind != "pure":
         raise CkptsyncValueError(f"Op type {op_type!r}: only pure kernels may accept out=.")
     if fuse_inputs is not None and kind != "stateful":
@@ -106,7 +126,8 @@ def register(
         if op_type in _REGISTRY:
             raise CkptsyncValueError(f"Op type {op_type!r} is already registered.")
         _REGISTRY[op_type] = OpDef(op_type, kernel, grad, kind, tuple(ref_inputs),
-                                   not_differentiable, accepts_out, fuse_inputs)
+                                   not_differentiable, accepts_out, fuse_inputs,
+                                   tuple(read_refs), writes, subgraphs)
         return kernel
 
     return deco

@@ -6,10 +6,9 @@ dense tensor and the summing of duplicate indices an optimizer's ``_apply_sparse
 A scatter writes only the rows it names: O(rows x row size), never a copy of the whole
 variable, when the session's array of the variable is held by nobody else (no value of
 this run, no fetch a caller still holds, no snapshot: counted by the array's references)
-— the training step of an embedding. Otherwise the rows land in a copy, so every read
-still sees the value it was promised (start-of-run, see :mod:`.state_ops`). An in-place
-update is visible to later reads in the same run that read the variable themselves
-(``ResourceGather``), as TF1's ref ops are.
+— the training step of an embedding. Otherwise the rows land in a copy, so a value read
+before the update (a fetch, an unordered read, see :mod:`.state_ops`) never changes. Reads
+ordered after the update see it, as TF1's ref ops.
 """
 
 from __future__ import annotations

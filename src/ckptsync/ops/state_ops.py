@@ -1,11 +1,12 @@
 """Variable updates and grouping: ``assign``, ``assign_add``, ``assign_sub``, ``no_op``,
 ``group``.
 
-Run semantics (a ckptsync guarantee that TF1 gives only with control dependencies):
-within one ``Session.run`` every read of a variable sees its value at the start of the
-run, and every assignment lands when the run ends. A training step therefore reads one
-consistent set of parameters and updates them together. ``assign`` ops output the new
-value.
+Run semantics, as TF1's ref variables: within one ``Session.run``, a read of a variable
+ordered after an assignment of it (a data or control dependency) sees the assignment, and
+an update builds on the run's earlier updates (``assign_add`` twice adds both); a read not
+ordered after any assignment sees the value before the run (TF1: either value; see
+:mod:`ckptsync.session.ordering`). Other runs see a run's assignments together, when it
+ends. ``assign`` ops output the new value.
 """
 
 from __future__ import annotations
@@ -82,7 +83,13 @@ def _assign_like(op_type: str, ref: Any, value: Any, name: str | None,
 
 def assign(ref: Any, value: Any, validate_shape: bool = True, use_locking: Any = None,
            name: str | None = None) -> Tensor:
-    """Sets variable ``ref`` to ``value`` when the run ends, as ``tf.assign``."""
+    """Sets variable ``ref`` to ``value``, as ``tf.assign``; outputs ``value`` (of
+    ``ref``'s dtype; its shape unless ``validate_shape=False``).
+
+    Raises:
+        TypeError: ``ref`` is no variable; the dtypes differ.
+        ValueError: the static shapes differ (with ``validate_shape``).
+    """
     return _assign_like("Assign", ref, value, name, validate_shape)
 
 

@@ -188,7 +188,8 @@ def _flatten_shapes(inv: Any) -> list[Any]:
     return [inv]
 
 
-@register("While", kind="stateful", grad=lambda op, *g: _while_grad(op, *g))
+@register("While", kind="stateful", grad=lambda op, *g: _while_grad(op, *g),
+          subgraphs=lambda op: (op.attrs["spec"].cond, op.attrs["spec"].body))
 def _while_kernel(ctx: Any, op: Operation, *ins: Any) -> tuple[Any, ...]:
     spec: WhileSpec = op.attrs["spec"]
     n = spec.n_vars
@@ -271,7 +272,7 @@ def _while_grad(op: Operation, *grads: Any) -> list[Any]:
     return result
 
 
-@register("WhileGrad", kind="stateful")
+@register("WhileGrad", kind="stateful", subgraphs=lambda op: (op.attrs["spec"].sub,))
 def _while_grad_kernel(ctx: Any, op: Operation, blob: Any, *ins: Any) -> Any:
     gs: WhileGradSpec = op.attrs["spec"]
     hist, caps, final = blob

@@ -18,15 +18,20 @@ import numpy as np
 
 from ..errors import FailedPreconditionError, InvalidArgumentError, OpError
 from ..ops.registry import get_op_def
-from ..tensor import Operation
+from ..tensor import Operation, Tensor
 
-__all__ = ["Plan", "RunContext", "Step", "readers_of"]
+__all__ = ["Plan", "RunContext", "Step", "needed_ops", "readers_of"]
 
 
 class RunContext:
     """What stateful kernels see during one run: variable reads and writes, RNGs, and
     ``scratch``, per-run state of the ops that have inputs computed in place (their
     buffers).
+
+    A read sees the run's own writes so far (``writes``), as TF1's ref variables (a
+    kernel updating a variable after another one in the same run builds on its update);
+    the writes land in the session together when the run ends, so that other runs see
+    all of them or none.
 
     Args:
         variables: the session's values, variable op name -> array (read, never written).
@@ -46,16 +51,21 @@ class RunContext:
         self._variables = variables
         self._rng = rng
         self._params = params
-        self.writes: dict[str, np.ndarray] = {}  # land in the session when the run ends
+        self.writes: dict[str, np.ndarray] = {}  # this run's; land in the session at its end
         self.scratch: dict[Any, Any] = {}
         self.resources: dict[str, Any] = {} if resources is None else resources
 
     def read(self, name: str) -> np.ndarray:
-        """The start-of-run value of variable ``name``.
+        """Variable ``name``'s value as of now: this run's last write of it, else its
+        value in ``params``, else in the session.
 
         Raises:
             FailedPreconditionError: the variable has no value (not initialized).
         """
+        if self.writes:
+            w = self.writes.get(name)
+            if w is not None:
+                return w
         if self._params is not None:
             v = self._params.get(name)
             if v is not None:
@@ -67,19 +77,22 @@ class RunContext:
         return v
 
     def write(self, name: str, value: np.ndarray) -> None:
-        """Sets variable ``name`` when the run ends."""
+        """Sets variable ``name``: read so by the rest of this run, and in the session
+        when the run ends."""
         self.writes[name] = value
 
     def rng(self, op: Operation) -> np.random.Generator:
         """The random generator of ``op`` in this session (seeded by its attrs)."""
         return self._rng(op)
 
-    def compile(self, elements: list[Any], fed: list[Any]) -> Plan:
+    def compile(self, elements: list[Any], fed: list[Any],
+                var_args: Mapping[int, str] | None = None) -> Plan:
         """The plan of a sub-graph (a cond branch, a loop body) that computes ``elements``
-        from the tensors of ``fed``; the caller caches it (see :meth:`execute`)."""
+        from the tensors of ``fed``, of which those in ``var_args`` (by id, -> variable op
+        name) stand for variables; the caller caches it (see :meth:`execute`)."""
         from .planner import compile_plan  # the planner builds on this module
 
-        return compile_plan(elements, fed)
+        return compile_plan(elements, fed, var_args)
 
     def execute(self, plan: Plan, feeds: list[Any]) -> list[Any]:
         """Runs a sub-graph's ``plan`` inside this run (same variables, writes and RNGs)
@@ -129,6 +142,31 @@ class Plan:
         self.feed_slots = feed_slots
         self.fetch_slots = fetch_slots
         self.template = template
+
+
+def needed_ops(elements: list[Tensor | Operation], fed_ids: set[int]) -> list[Operation]:
+    """The ops a run fetching ``elements`` executes (fed tensors, by id, cut the walk),
+    in creation order (a topological order: an op's inputs and control inputs exist
+    before it)."""
+    needed: dict[int, Operation] = {}
+    stack: list[Operation] = []
+    for el in elements:
+        if isinstance(el, Tensor):
+            if id(el) not in fed_ids:
+                stack.append(el.op)
+        else:
+            stack.append(el)
+    while stack:
+        op = stack.pop()
+        if id(op) in needed:
+            continue
+        needed[id(op)] = op
+        refs = get_op_def(op.type).ref_inputs
+        for i, t in enumerate(op.inputs):
+            if i not in refs and id(t) not in fed_ids:
+                stack.append(t.op)
+        stack.extend(op.control_inputs)
+    return sorted(needed.values(), key=lambda o: o._id)
 
 
 def readers_of(ordered: list[Operation]) -> dict[int, list[Operation]]:

@@ -7,55 +7,39 @@ Planning a run, in order:
    not evaluated.
 2. *Order*: the needed ops in creation order (a topological order of the graph), and one
    value slot per tensor, fed tensors first.
-3. *Steps*: one step that reads every needed variable (start-of-run values); the
-   *prepare* steps of ops whose inputs are computed in place (:mod:`.inplace_inputs`);
-   then one step per op, except constants (their values sit in the plan's template),
-   fed ops, and ``MatMul -> BiasAdd [-> Relu]`` chains, which run as one step where
-   the chain's last op would (:mod:`.fused_matmul`).
+3. *Steps*: in a sub-graph's plan, one step giving the ``_Arg`` of each captured
+   variable the run's writes (:mod:`.ordering`); one step that reads every needed
+   variable (their values before the run's writes); the *prepare* steps of ops whose
+   inputs are computed in place (:mod:`.inplace_inputs`); then one step per op, except
+   constants (their values sit in the plan's template), fed ops, and ``MatMul ->
+   BiasAdd [-> Relu]`` chains, which run as one step where the chain's last op would
+   (:mod:`.fused_matmul`). An op that reads a variable after a write of it ordered
+   before it gets a *fresh read* step first (:mod:`.ordering`, as TF1's ref variables).
 
 Thread-safety: :func:`compile_plan` only reads the graph; the session caches its plans.
 """
 
 from __future__ import annotations
 
+from collections import ChainMap
+from collections.abc import Mapping
 from typing import Any
 
-from ..ops.registry import get_op_def
 from ..tensor import Operation, Tensor
 from .fused_matmul import fused_matmul_step, plan_fused_matmuls
 from .inplace_inputs import plan_inplace_inputs
-from .plan import Plan, Step
+from .ordering import fresh_read_step, plan_fresh_reads, var_args_step
+from .plan import Plan, Step, needed_ops, readers_of
 from .steps import make_step, read_variables_step
 
 __all__ = ["compile_plan", "needed_ops"]
 
 
-def needed_ops(elements: list[Tensor | Operation], fed_ids: set[int]) -> list[Operation]:
-    """The ops a run fetching ``elements`` executes (fed tensors, by id, cut the walk),
-    in creation order."""
-    needed: dict[int, Operation] = {}
-    stack: list[Operation] = []
-    for el in elements:
-        if isinstance(el, Tensor):
-            if id(el) not in fed_ids:
-                stack.append(el.op)
-        else:
-            stack.append(el)
-    while stack:
-        op = stack.pop()
-        if id(op) in needed:
-            continue
-        needed[id(op)] = op
-        refs = get_op_def(op.type).ref_inputs
-        for i, t in enumerate(op.inputs):
-            if i not in refs and id(t) not in fed_ids:
-                stack.append(t.op)
-        stack.extend(op.control_inputs)
-    return sorted(needed.values(), key=lambda o: o._id)
-
-
-def compile_plan(elements: list[Tensor | Operation], fed: list[Tensor]) -> Plan:
-    """The plan of a run that fetches ``elements`` with the tensors of ``fed`` fed.
+def compile_plan(elements: list[Tensor | Operation], fed: list[Tensor],
+                 var_args: Mapping[int, str] | None = None) -> Plan:
+    """The plan of a run that fetches ``elements`` with the tensors of ``fed`` fed; in a
+    sub-graph's plan, ``var_args`` maps the ids of the fed ``_Arg`` tensors that stand
+    for captured variables to the variables' op names.
 
     Raises:
         InvalidArgumentError: a needed placeholder is not fed (names it, its dtype and
@@ -70,10 +54,18 @@ def compile_plan(elements: list[Tensor | Operation], fed: list[Tensor]) -> Plan:
     for op in ordered:
         for t in op.outputs:
             slot.setdefault(id(t), len(slot))
+    fresh = plan_fresh_reads(ordered, fed_ids, var_args)
     steps: list[Step] = []
     step_ops: list[Operation] = []
+    args = [t for t in fed if var_args and id(t) in var_args]
+    if args:
+        assert var_args is not None
+        steps.append(var_args_step([(slot[id(t)], var_args[id(t)]) for t in args]))
+        step_ops.append(args[0].op)
+    skip = _fresh_only(ordered, elements, fresh) if fresh else set()
     var_reads = [(slot[id(op.outputs[0])], op.name) for op in ordered
-                 if op.type == "VariableV2" and id(op.outputs[0]) not in fed_ids]
+                 if op.type == "VariableV2" and id(op.outputs[0]) not in fed_ids
+                 and id(op) not in skip]
     if var_reads:
         steps.append(read_variables_step(var_reads))
         step_ops.append(next(op for op in ordered if op.type == "VariableV2"))
@@ -81,15 +73,15 @@ def compile_plan(elements: list[Tensor | Operation], fed: list[Tensor]) -> Plan:
     for op, prepare in inplace.prepare:
         steps.append(prepare)
         step_ops.append(op)
-    template: list[Any] = [None] * inplace.n_slots
-    chains = plan_fused_matmuls(ordered, elements, fed_ids, {*inplace.outs, *inplace.fused})
+    n_slots = inplace.n_slots
+    chains = plan_fused_matmuls(ordered, elements, fed_ids,
+                                {*inplace.outs, *inplace.fused, *fresh})
     for op in ordered:
         if op.type == "VariableV2":
             continue
         if all(id(t) in fed_ids for t in op.outputs) and op.outputs:
             continue
         if op.type == "Const":
-            template[slot[id(op.outputs[0])]] = op.attrs["value"]
             continue
         chain = chains.get(id(op))
         if chain is not None:
@@ -98,9 +90,40 @@ def compile_plan(elements: list[Tensor | Operation], fed: list[Tensor]) -> Plan:
                 steps.append(fused_matmul_step(chain, slot))
                 step_ops.append(chain.matmul)
             continue
-        st = make_step(op, slot, fed_ids, inplace.outs.get(id(op)), inplace.fused.get(id(op)))
+        slots: Mapping[int, int] = slot
+        reads = fresh.get(id(op), ())
+        if reads:
+            own = {id(t): n_slots + k for k, (t, _) in enumerate(reads)}
+            slots = ChainMap(own, slot)
+        st = make_step(op, slots, fed_ids, inplace.outs.get(id(op)), inplace.fused.get(id(op)))
         if st is not None:
+            for k, (_, name) in enumerate(reads):
+                steps.append(fresh_read_step(n_slots + k, name))
+                step_ops.append(op)
+            n_slots += len(reads)
             steps.append(st)
             step_ops.append(op)
+    template: list[Any] = [None] * n_slots
+    for op in ordered:
+        if op.type == "Const" and id(op.outputs[0]) not in fed_ids:
+            template[slot[id(op.outputs[0])]] = op.attrs["value"]
     fetch_slots = [slot[id(el)] if isinstance(el, Tensor) else None for el in elements]
     return Plan(steps, step_ops, [slot[id(t)] for t in fed], fetch_slots, template)
+
+
+def _fresh_only(ordered: list[Operation], elements: list[Tensor | Operation],
+                fresh: dict[int, list[tuple[Tensor, str]]]) -> set[int]:
+    """Ids of the variable ops whose every read in the plan is a fresh read and whose
+    value is not fetched: the plan need not read them first (holding that array would
+    keep a sparse update from writing the variable's rows in place)."""
+    readers = readers_of(ordered)
+    fetched = {id(el) for el in elements}
+    skip = set()
+    for op in ordered:
+        if op.type != "VariableV2":
+            continue
+        t = op.outputs[0]
+        if id(t) not in fetched and all(
+                any(r is t for r, _ in fresh.get(id(c), ())) for c in readers.get(id(t), ())):
+            skip.add(id(op))
+    return skip

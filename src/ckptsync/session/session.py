@@ -1,8 +1,10 @@
 """``Session``: runs a graph with numpy, as TF1's ``tf.Session``.
 
 Variable values live in the session, not in the graph: two sessions on one graph hold
-different values. Within one ``run`` every read of a variable sees its value at the start
-of the run and assignments land when the run ends.
+different values. Within one ``run``, as TF1's ref variables, a read of a variable sees
+every assignment of it ordered before the read (:mod:`.ordering`); the run's assignments
+land in the session together when it ends, so that other runs (and ``read_variables``)
+see all of them or none.
 
 The execution plan for a given (fetches, fed tensors) is computed once by
 :func:`.planner.compile_plan` and cached; a run then only executes a flat list of kernel

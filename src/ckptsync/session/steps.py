@@ -1,12 +1,12 @@
 """How an op becomes a :data:`~.plan.Step` of a compiled ``Session`` run: one closure
 per kernel call over the run's value slots, specialised by arity and attrs (this is the
-hot loop), the one step that reads every variable at the start of a run, and how
-results are stored.
+hot loop), the one step that reads every variable at the start of a run (the reads
+ordered after a write get their own, :mod:`.ordering`), and how results are stored.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import InvalidArgumentError
@@ -17,7 +17,7 @@ from .plan import RunContext, Step
 __all__ = ["make_step", "read_variables_step"]
 
 
-def make_step(op: Operation, slot: dict[int, int], fed: set[int], out_slot: int | None = None,
+def make_step(op: Operation, slot: Mapping[int, int], fed: set[int], out_slot: int | None = None,
               fused: FusedInputs | None = None) -> Step | None:
     """The step that runs ``op`` (None for a no-op).
 
@@ -115,7 +115,8 @@ def make_step(op: Operation, slot: dict[int, int], fed: set[int], out_slot: int 
 
 
 def read_variables_step(reads: list[tuple[int, str]]) -> Step:
-    """One step that reads every variable the plan needs (start-of-run values)."""
+    """One step that reads every variable the plan needs (before the run's writes: the
+    step runs first)."""
 
     def step(v: list[Any], ctx: RunContext) -> None:
         read = ctx.read

@@ -27,7 +27,7 @@ The average of a variable is one fused op (``AssignMovingAverage``, ckptsync's, 
 TF's ``Sub``/``Mul``/``AssignSub``) that averages the variable's value as of that point of
 the run: its value written earlier in the same run, if any (so the TF1 idiom ``with
 control_dependencies([train_op]): ema.apply(...)`` averages the freshly trained weights, as
-TensorFlow does), else its start-of-run value.
+TensorFlow does), else its value before the run.
 """
 
 from __future__ import annotations
@@ -59,15 +59,12 @@ MOVING_AVERAGE_VARIABLES = GraphKeys.MOVING_AVERAGE_VARIABLES
 _FLOATS = (_dtypes.float16, _dtypes.float32, _dtypes.float64)
 
 
-@register("AssignMovingAverage", kind="stateful", ref_inputs=(0, 1))
+@register("AssignMovingAverage", kind="stateful", ref_inputs=(0, 1), read_refs=(1,))
 def _assign_moving_average_kernel(ctx: Any, op: Operation, _avg: None, _var: None,
                                   one_minus_decay: np.ndarray) -> np.ndarray:
     # average -= (average - variable) * (1 - decay), the variable as written so far this run
     an, vn = op.inputs[0].op.name, op.inputs[1].op.name
-    avg = ctx.read(an)
-    value = ctx.writes.get(vn)
-    if value is None:
-        value = ctx.read(vn)
+    avg, value = ctx.read(an), ctx.read(vn)
     new = np.asarray(avg - (avg - value) * np.asarray(one_minus_decay, avg.dtype), avg.dtype)
     ctx.write(an, new)
     return new
