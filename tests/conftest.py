@@ -6,6 +6,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -90,9 +91,13 @@ def _module_leaves_no_threads_or_processes():
 def _test_leaves_no_threads_or_processes():
     """Fails a test that leaves a thread (daemon or not) or a child process running; each
     gets 5 s to end on its own first (a closed server's threads and children exit
-    asynchronously)."""
+    asynchronously). Hooks and the Estimator write through ``tf.summary.FileWriterCache``
+    (one writer per directory and process, kept open, as TF1): those are closed first."""
     threads_before, children_before = set(threading.enumerate()), _children()
     yield
+    writer = sys.modules.get("ckptsync.summary.writer")
+    if writer is not None:
+        writer.FileWriterCache.clear()
     _check_nothing_left(threads_before, children_before, ignore_pool_threads=True)
 
 

@@ -90,3 +90,31 @@ def test_step_counter_hook_writes_global_step_per_sec(tmp_path):
             sess.run(train)
     acc, steps = _scalars(tmp_path, "global_step/sec")
     assert steps == [3, 5, 7] and all(e.value > 0 for e in acc.Scalars("global_step/sec"))
+
+
+def test_hooks_of_one_directory_share_one_event_file(tmp_path):
+    """As TF1 (SummaryWriterCache): the summary and step-counter hooks of two sessions in
+    one process write one event file, so TensorBoard's loader keeps every event."""
+    gs, train = _model()
+    logdir = tmp_path / "logs"
+    for _ in range(2):
+        with tf.train.MonitoredTrainingSession(checkpoint_dir=str(tmp_path / "ckpt"),
+                                               summary_dir=str(logdir),
+                                               save_summaries_steps=2,
+                                               log_step_count_steps=2,
+                                               save_checkpoint_steps=5) as sess:
+            for _ in range(5):
+                sess.run(train)
+    assert len(list(logdir.glob("events.out.tfevents.*"))) == 1
+    acc, steps = _scalars(logdir)
+    assert steps == [1, 3, 5, 6, 8, 10]
+    assert [e.step for e in acc.Scalars("global_step/sec")] == [3, 5, 8, 10]
+
+
+def test_a_closed_cached_writer_is_reopened(tmp_path):
+    a = tf.summary.FileWriterCache.get(str(tmp_path))
+    a.close()
+    b = tf.summary.FileWriterCache.get(str(tmp_path))
+    b.add_summary(tf.Summary(value=[tf.Summary.Value(tag="x", simple_value=2.0)]), 1)
+    b.flush()
+    assert [e.value for e in _scalars(tmp_path, "x")[0].Scalars("x")] == [2.0]

@@ -130,13 +130,18 @@ class FileWriterCache:
 
     @staticmethod
     def get(logdir: str) -> FileWriter:
-        """The writer for ``logdir``, created (with the default graph) on first use."""
+        """The writer for ``logdir``, created (with the default graph) on first use; one
+        that was closed is reopened (a new event file), so a cached writer always writes.
+
+        Thread-safety: safe to call from any thread."""
         key = os.path.abspath(str(logdir))
         with FileWriterCache._lock:
             w = FileWriterCache._cache.get(key)
             if w is None:
                 w = FileWriter(logdir, graph=get_default_graph())
                 FileWriterCache._cache[key] = w
+            else:
+                w.reopen()
             return w
 
     @staticmethod

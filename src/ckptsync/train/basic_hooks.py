@@ -347,9 +347,9 @@ class NanTensorHook(SessionRunHook):
 
 class StepCounterHook(SessionRunHook):
     """Measures global steps per second; ``steps_per_sec`` holds the last figure. With
-    ``output_dir`` (a writer of its own, closed in ``end``) or ``summary_writer`` (a
-    ``cs.summary.FileWriter``, flushed in ``end``) each figure is also written as the
-    scalar ``global_step/sec``, as TF1."""
+    ``output_dir`` (its ``FileWriterCache`` writer, shared with the other hooks writing
+    there, as TF1) or ``summary_writer`` (a ``cs.summary.FileWriter``), flushed in
+    ``end``, each figure is also written as the scalar ``global_step/sec``, as TF1."""
 
     def __init__(self, every_n_steps: int | None = 100, every_n_secs: float | None = None,
                  output_dir: str | None = None, summary_writer: Any = None):
@@ -358,19 +358,18 @@ class StepCounterHook(SessionRunHook):
                 "exactly one of every_n_steps and every_n_secs should be provided.")
         self._timer = SecondOrStepTimer(every_steps=every_n_steps, every_secs=every_n_secs)
         self.steps_per_sec: float | None = None
-        self._output_dir, self._writer, self._own_writer = output_dir, summary_writer, False
+        self._output_dir, self._writer = output_dir, summary_writer
 
     def begin(self) -> None:
         self._global_step_tensor = get_global_step()
         if self._global_step_tensor is None:
             raise CkptsyncRuntimeError("Global step should be created to use StepCounterHook.")
         if self._writer is None and self._output_dir:
-            self._writer = _summary.FileWriter(self._output_dir)
-            self._own_writer = True
+            self._writer = _summary.FileWriterCache.get(self._output_dir)
 
     def end(self, session: Any) -> None:
         if self._writer is not None:
-            (self._writer.close if self._own_writer else self._writer.flush)()
+            self._writer.flush()
 
     def before_run(self, run_context: SessionRunContext) -> SessionRunArgs:
         return SessionRunArgs(self._global_step_tensor)

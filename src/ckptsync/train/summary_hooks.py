@@ -7,7 +7,6 @@ from typing import Any
 
 from .. import summary as _summary
 from ..errors import CkptsyncRuntimeError, CkptsyncValueError
-from ..graph import get_default_graph
 from .basic_hooks import SecondOrStepTimer
 from .session_run_hook import SessionRunArgs, SessionRunContext, SessionRunHook, SessionRunValues
 from .training_util import get_global_step
@@ -24,9 +23,10 @@ class SummarySaverHook(SessionRunHook):
     ``summary_op`` (by default ``merge_all`` of ``GraphKeys.SUMMARIES``) is used.
 
     Args:
-        output_dir: the event file's directory (a writer this hook opens, with the
-            default graph, and closes in ``end``); or ``summary_writer``: a ``FileWriter``
-            it writes to and only flushes.
+        output_dir: the event file's directory: the hook writes to its
+            ``FileWriterCache`` writer (one event file per directory, shared with the
+            other hooks writing there, as TF1); or ``summary_writer``: a ``FileWriter``.
+            Either is flushed, not closed, in ``end``.
 
     Raises:
         ValueError: not exactly one of ``scaffold`` and ``summary_op``, or not exactly one
@@ -41,14 +41,11 @@ class SummarySaverHook(SessionRunHook):
             raise CkptsyncValueError("Exactly one of scaffold or summary_op must be provided.")
         self._summary_op, self._scaffold = summary_op, scaffold
         self._output_dir, self._summary_writer = output_dir, summary_writer
-        self._own_writer = False
         self._timer = SecondOrStepTimer(every_secs=save_secs, every_steps=save_steps)
 
     def begin(self) -> None:
         if self._summary_writer is None and self._output_dir:
-            self._summary_writer = _summary.FileWriter(self._output_dir,
-                                                       graph=get_default_graph())
-            self._own_writer = True
+            self._summary_writer = _summary.FileWriterCache.get(self._output_dir)
         self._next_step: int | None = None
         self._global_step_tensor = get_global_step()
         if self._global_step_tensor is None:
@@ -87,8 +84,5 @@ class SummarySaverHook(SessionRunHook):
 
     def end(self, session: Any) -> None:
         if self._summary_writer is not None:
-            if self._own_writer:
-                self._summary_writer.close()
-            else:
-                self._summary_writer.flush()
+            self._summary_writer.flush()
 
