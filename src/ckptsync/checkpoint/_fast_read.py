@@ -7,7 +7,8 @@ of the same size is read by :func:`read_known`: its metadata pieces are read wit
 (step, time, metadata, hashes) are put in and the object-header checksums recomputed
 with HDF5's own function; a file that differs anywhere else is left to HDF5. Then the
 index is checked against its hash and against the per-dataset hashes, and every variable
-is read with ``preadv`` straight into its array and checked against its index hash.
+is read with ``preadv`` into its array (:mod:`._bulk_read`) and checked against its index
+hash.
 
 Whatever is unexpected (no match, a bad hash, a missing key, a short read) returns None,
 and the caller reads through HDF5, which reports the problem exactly as it always does.
@@ -29,7 +30,7 @@ import h5py
 import numpy as np
 import xxhash
 
-from . import _format, _image
+from . import _bulk_read, _format, _image
 from ._h5layout import RootValues
 
 __all__ = ["learn", "read_known"]
@@ -77,6 +78,7 @@ def read_known(
     names: Sequence[str] | None,
     verify: bool,
     outs_for: Callable[[list[_format.IndexEntry]], list[np.ndarray]] | None = None,
+    verify_first: bool = False,
 ) -> dict[str, np.ndarray] | None:
     """Reads ``names`` (None: all, sorted) of data file ``path`` if its layout is a
     learned one; None otherwise (and on any problem: the caller uses HDF5).
@@ -87,6 +89,8 @@ def read_known(
         verify: check each variable's bytes against its index hash.
         outs_for: given the entries to read, returns C-contiguous arrays of their
             shapes and dtypes to read into (default: new arrays).
+        verify_first: check every variable before writing into any array (see
+            ``read_checkpoint_into``).
     """
     with _lock:
         candidates = list(_recent)
@@ -100,8 +104,8 @@ def read_known(
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        return _read(fd, candidates, names, verify, outs_for)
-    except (OSError, ValueError):
+        return _read(fd, candidates, names, verify, outs_for, verify_first)
+    except (OSError, ValueError, _bulk_read.ShortRead, _bulk_read.Mismatch, _bulk_read.Changed):
         return None
     finally:
         os.close(fd)
@@ -110,7 +114,7 @@ def read_known(
 def _read(fd: int, candidates: list[_image.MetadataImage], names: Sequence[str] | None,
           verify: bool,
           outs_for: Callable[[list[_format.IndexEntry]], list[np.ndarray]] | None,
-          ) -> dict[str, np.ndarray] | None:
+          verify_first: bool) -> dict[str, np.ndarray] | None:
     size = os.fstat(fd).st_size
     for image in candidates:
         if image.size_bytes == size:
@@ -142,18 +146,13 @@ def _read(fd: int, candidates: list[_image.MetadataImage], names: Sequence[str] 
     if any(n not in entries for n in wanted):
         return None
     chosen = [entries[n] for n in wanted]
+    if any(e.nbytes and e.name not in offsets for e in chosen):
+        return None
     outs = outs_for(chosen) if outs_for is not None else [
         np.empty(e.shape, e.dtype) for e in chosen]
-    for e, out in zip(chosen, outs):
-        if not e.nbytes:
-            continue
-        view = memoryview(out.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
-        done = 0
-        while done < e.nbytes:
-            got = os.preadv(fd, [view[done:]], offsets[e.name] + done)
-            if got <= 0:
-                return None
-            done += got
-        if verify and xxhash.xxh3_64_hexdigest(view) != e.xxh3_64:
-            return None
+    _bulk_read.read_spans(fd, [
+        _bulk_read.Span(offsets.get(e.name, 0),
+                        memoryview(out.reshape(-1).view(np.uint8)),  # type: ignore[arg-type]
+                        e.xxh3_64 if verify else None)
+        for e, out in zip(chosen, outs)], verify_first and verify)
     return dict(zip(wanted, outs))

@@ -2,8 +2,8 @@
 
 Holds the attribute and dataset fast paths (h5py's low-level API, no high-level
 wrappers), the checks of a dataset against its index entry, and the tensor reads:
-``preadv`` on HDF5's own descriptor, hashed in cache-sized chunks or from one region read,
-with ``verify``. :class:`_ReadIO` is the base of ``CheckpointReader``, which sets the
+``preadv`` on HDF5's own descriptor (:mod:`._bulk_read`: through a cache-sized buffer,
+hashed there), or from one region read, with ``verify``. :class:`_ReadIO` is the base of ``CheckpointReader``, which sets the
 attributes it declares; nothing else uses this module.
 """
 
@@ -18,12 +18,11 @@ import numpy as np
 import xxhash
 
 from ..errors import CkptsyncError, CkptsyncRuntimeError, DataLossError, OpError
-from . import _format
+from . import _bulk_read, _format
 
 # Data bytes on disk are little-endian C order; on little-endian hosts they are read
-# straight into the output array, in chunks small enough to hash from the CPU cache.
+# into the output array (through a buffer small enough to hash from the CPU cache).
 _RAW_READS = sys.byteorder == "little" and hasattr(os, "preadv")
-_CHUNK_BYTES = 1 << 20
 # Variables whose data lies within this many bytes of each other (and fill at least half
 # of the span, give or take the slack) are read with one preadv and hashed from memory.
 _REGION_BYTES = 4 << 20
@@ -175,12 +174,15 @@ class _ReadIO:
         return _Plan(name, entry, offset, None if direct else ds)
 
     def _read_planned(self, plans: list[_Plan], verify: bool,
-                      outs: list[np.ndarray] | None = None) -> list[np.ndarray]:
+                      outs: list[np.ndarray] | None = None,
+                      verify_first: bool = False) -> list[np.ndarray]:
         """Reads and (with ``verify``) checks planned datasets, in order.
 
         When the data of all of them lies in a small region of the file, the region is
         read with one ``preadv`` and each variable copied and hashed from memory; larger
-        data is read per variable, in cache-sized chunks hashed as they arrive.
+        data is read through :mod:`._bulk_read` (hashed in cache-sized chunks). With
+        ``verify_first`` (and ``verify``) every variable is checked before any byte of
+        ``outs`` is written.
         """
         if outs is None:
             outs = [np.empty(p.entry.shape, dtype=p.entry.dtype) for p in plans]
@@ -191,31 +193,80 @@ class _ReadIO:
             hi = max(off + n for off, n in spans)
             total = sum(n for _, n in spans)
             if hi - lo <= _REGION_BYTES and hi - lo <= 2 * total + _REGION_SLACK:
-                buf = bytearray(hi - lo)
+                buf = _bulk_read.aligned_buffer(hi - lo, lo)  # a fast kernel copy
                 try:
-                    got = self._pread_into(memoryview(buf), lo)
-                    region = (lo, memoryview(buf)[:got])
+                    if self._pread_into(buf, lo) == hi - lo:
+                        region = (lo, buf)
                 except OSError:  # read each variable on its own; errors name it
                     region = None
+        if region is None and self._fd is not None:
+            self._read_bulk(plans, outs, verify, verify_first)
+            return outs
+        hash_now = verify and not verify_first
+        if verify and verify_first:
+            for plan in plans:
+                self._check_first(plan, region)
         for plan, out in zip(plans, outs):
             try:
-                digest = self._read_one(plan, out, region, verify)
+                digest = self._read_one(plan, out, region, hash_now)
             except CkptsyncError:
                 raise
             except Exception as e:
                 raise self._loss(f"HDF5 read failed ({type(e).__name__}: {e})", plan.name) from e
-            if verify:
-                if plan.ds is not None:
-                    plan.ds.read(h5py.h5s.ALL, h5py.h5s.ALL, out)
+            if hash_now:
                 entry = plan.entry
                 actual = digest if digest is not None else _format.hash_array(out)
                 if actual != entry.xxh3_64:
-                    raise self._loss(
-                        f"checksum mismatch: xxh3_64 {actual} != expected {entry.xxh3_64} "
-                        f"({entry.nbytes} bytes of {entry.dtype.name} {list(entry.shape)})",
-                        plan.name,
-                    )
+                    raise self._mismatch(plan, actual)
         return outs
+
+    def _mismatch(self, plan: _Plan, actual: str) -> OpError:
+        entry = plan.entry
+        return self._loss(
+            f"checksum mismatch: xxh3_64 {actual} != expected {entry.xxh3_64} "
+            f"({entry.nbytes} bytes of {entry.dtype.name} {list(entry.shape)})",
+            plan.name,
+        )
+
+    def _read_bulk(self, plans: list[_Plan], outs: list[np.ndarray], verify: bool,
+                   verify_first: bool) -> None:
+        """Reads every plan with ``preadv`` through :func:`._bulk_read.read_spans`."""
+        assert self._fd is not None
+        spans = [_bulk_read.Span(p.offset or 0,
+                                 memoryview(out.reshape(-1).view(np.uint8)),  # type: ignore[arg-type]
+                                 p.entry.xxh3_64 if verify else None)
+                 for p, out in zip(plans, outs)]
+        try:
+            _bulk_read.read_spans(self._fd, spans, verify_first and verify)
+        except _bulk_read.ShortRead as e:
+            raise self._loss(f"file ends inside the data at byte {e.at}",
+                             plans[e.index].name) from None
+        except _bulk_read.Mismatch as e:
+            raise self._mismatch(plans[e.index], e.actual) from None
+        except _bulk_read.Changed:
+            raise self._loss("the file changed while it was read (modified in place?)") from None
+        except OSError as e:
+            raise self._loss(f"read failed ({type(e).__name__}: {e})") from e
+
+    def _check_first(self, plan: _Plan, region: tuple[int, memoryview] | None) -> None:
+        """Checks one planned variable's hash without writing its output (the first pass
+        of ``verify_first`` where HDF5 reads, or where the region is in memory)."""
+        entry = plan.entry
+        try:
+            if plan.offset is None:  # zero-size
+                actual = xxhash.xxh3_64_hexdigest(b"")
+            elif plan.ds is not None:  # HDF5 reads (and converts) it
+                tmp = np.empty(entry.shape, entry.dtype)
+                plan.ds.read(h5py.h5s.ALL, h5py.h5s.ALL, tmp)
+                actual = _format.hash_array(tmp)
+            else:
+                assert region is not None
+                start = plan.offset - region[0]
+                actual = xxhash.xxh3_64_hexdigest(region[1][start : start + entry.nbytes])
+        except Exception as e:
+            raise self._loss(f"HDF5 read failed ({type(e).__name__}: {e})", plan.name) from e
+        if actual != entry.xxh3_64:
+            raise self._mismatch(plan, actual)
 
     def _read_one(
         self,
@@ -224,24 +275,19 @@ class _ReadIO:
         region: tuple[int, memoryview] | None,
         verify: bool,
     ) -> str | None:
-        """Fills ``out``; returns the digest of the bytes read, or None if not hashed."""
+        """Fills ``out`` (HDF5 reads it, or from the region read); returns the digest
+        of the bytes read, or None if not hashed."""
         offset = plan.offset
         if offset is None:  # zero-size
             return None
         if plan.ds is not None:  # no preadv here: HDF5 reads (and converts) it
             plan.ds.read(h5py.h5s.ALL, h5py.h5s.ALL, out)
             return None
-        nbytes = plan.entry.nbytes
-        if (
-            region is not None
-            and region[0] <= offset
-            and offset + nbytes <= region[0] + len(region[1])
-        ):
-            start = offset - region[0]
-            src = region[1][start : start + nbytes]
-            out.reshape(-1).view(np.uint8)[:] = src
-            return xxhash.xxh3_64_hexdigest(src) if verify else None
-        return self._read_raw(out, offset, verify, plan.name) or None
+        assert region is not None
+        start = offset - region[0]
+        src = region[1][start : start + plan.entry.nbytes]
+        out.reshape(-1).view(np.uint8)[:] = src
+        return xxhash.xxh3_64_hexdigest(src) if verify else None
 
     def _pread_into(self, view: memoryview, offset: int) -> int:
         """Fills ``view`` from the file at ``offset``; returns the bytes read (fewer only
@@ -255,32 +301,13 @@ class _ReadIO:
             pos += got
         return pos
 
-    def _read_raw(self, out: np.ndarray, offset: int, verify: bool, name: str) -> str:
-        """Reads a contiguous dataset's bytes with ``preadv`` on HDF5's own descriptor
-        (so the same inode), hashing each chunk while it is still in the CPU cache.
-
-        Returns the xxh3_64 hex digest, or "" when not verifying.
-        """
-        assert self._fd is not None
-        fd = self._fd
-        view = memoryview(out.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
-        hasher = xxhash.xxh3_64() if verify else None
-        pos, total = 0, len(view)
-        while pos < total:
-            chunk = view[pos : pos + _CHUNK_BYTES]
-            got = os.preadv(fd, [chunk], offset + pos)
-            if got <= 0:
-                raise self._loss(f"file ends inside the data at byte {offset + pos}", name)
-            if hasher is not None:
-                hasher.update(chunk[:got])
-            pos += got
-        return hasher.hexdigest() if hasher is not None else ""
-
     def _read_tensors(self, names: list[str], verify: bool,
-                      outs: list[np.ndarray] | None = None) -> list[np.ndarray]:
+                      outs: list[np.ndarray] | None = None,
+                      verify_first: bool = False) -> list[np.ndarray]:
         """Reads listed variables in order; the first damaged one raises (as reading
         them one by one with get_tensor would). ``outs``: C-contiguous arrays of the
-        index's shapes and dtypes to read into, instead of new ones."""
+        index's shapes and dtypes to read into, instead of new ones; with
+        ``verify_first`` nothing is written into them unless every variable checks."""
         if self._file is None:
             raise CkptsyncRuntimeError(f"Checkpoint reader for {self._path} is closed.")
         plans: list[_Plan] = []
@@ -307,7 +334,7 @@ class _ReadIO:
                     failure.__cause__ = e
                     break
             if failure is None:
-                outs = self._read_planned(plans, verify, outs)
+                outs = self._read_planned(plans, verify, outs, verify_first)
         finally:
             for plan in plans:
                 if plan.ds is not None:

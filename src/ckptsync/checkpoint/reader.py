@@ -330,6 +330,7 @@ def read_checkpoint_into(
     names: Iterable[str] | None,
     allocate: Allocator,
     verify: bool = True,
+    verify_first: bool = False,
 ) -> dict[str, np.ndarray]:
     """:func:`read_checkpoint`, reading into arrays that ``allocate`` returns (e.g. views
     of a shared-memory buffer).
@@ -344,6 +345,12 @@ def read_checkpoint_into(
         allocate: given ``(key, dtype, shape)`` of the variables to read, in order,
             returns one C-contiguous array of each. It may be called twice (the fast
             path gave up after allocating); arrays of an earlier call are then unused.
+        verify_first: (with ``verify``) no byte is written into the arrays ``allocate``
+            returned until every variable read has matched its hash, so they may be
+            values in use (``Saver.restore`` reads into the session's variables): a
+            damaged file raises and leaves them as they were. The data is read twice
+            (the second time from the page cache); a file modified in place while it
+            is read raises DataLossError and may leave them partly written.
 
     Returns:
         key → the array ``allocate`` returned for it, filled, in the order of ``names``.
@@ -355,13 +362,19 @@ def read_checkpoint_into(
         names = [names]
     wanted: Sequence[str] | None = None if names is None else list(names)
     if tf_bundle.is_tf_checkpoint(prefix):
-        return tf_bundle.read_tf_checkpoint(prefix, wanted, allocate, verify)
+        if not (verify and verify_first):
+            return tf_bundle.read_tf_checkpoint(prefix, wanted, allocate, verify)
+        read = tf_bundle.read_tf_checkpoint(prefix, wanted, _new_arrays, verify)
+        dsts = allocate([(k, a.dtype, a.shape) for k, a in read.items()])
+        for dst, arr in zip(dsts, read.values()):
+            dst[...] = arr
+        return dict(zip(read, dsts))
 
     def outs_for(entries: list[_format.IndexEntry]) -> list[np.ndarray]:
         return allocate([(e.name, e.dtype, e.shape) for e in entries])
 
     known = _fast_read.read_known(_format.data_path(os.fspath(prefix)), wanted, verify,
-                                  outs_for)
+                                  outs_for, verify_first)
     if known is not None:  # a learned layout: read without HDF5, as below
         return known
     with CheckpointReader(prefix) as reader:
@@ -370,6 +383,6 @@ def read_checkpoint_into(
             if not reader.has_tensor(name):
                 raise _key_not_found(name, reader.path)
         outs = outs_for([reader._index[n] for n in keys])
-        out = dict(zip(keys, reader._read_tensors(keys, verify, outs)))
+        out = dict(zip(keys, reader._read_tensors(keys, verify, outs, verify_first)))
         _fast_read.learn(reader)
         return out

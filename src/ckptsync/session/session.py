@@ -21,6 +21,7 @@ concurrent runs land whole, one run after another.
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -161,6 +162,32 @@ class Session:
             new[name] = arr
         with self._lock:
             self._vars.update(new)
+
+    def restore_buffers(self, names: list[str]) -> dict[str, np.ndarray]:
+        """The arrays of variables ``names`` (op names) that a restore may overwrite in
+        place, by op name: those held by nobody but the session (no fetch a caller
+        kept, no snapshot, no run using them: counted by the array's references), that
+        own their memory, C-contiguous and writeable. Variables left out (held, views,
+        no value) must get new arrays.
+
+        The write-in-place half of ``Saver.restore``: it reads a verified checkpoint
+        straight into these arrays (no fresh memory to fault in), then hands them back
+        with :meth:`write_variables` (``copy=False``).
+
+        Thread-safety: safe to call while other threads run, but a run that starts
+        while a restore writes into these arrays may read them partly written (as
+        TF1's restore ops assign each variable in place); restore with no run in flight.
+        """
+        out: dict[str, np.ndarray] = {}
+        with self._lock:
+            for name in names:
+                arr = self._vars.get(name)
+                # The dict's reference, this local and getrefcount's argument: 3.
+                if (type(arr) is np.ndarray and sys.getrefcount(arr) <= 3
+                        and arr.flags.owndata and arr.flags.c_contiguous
+                        and arr.flags.writeable):
+                    out[name] = arr
+        return out
 
     def _rng(self, op: Operation) -> np.random.Generator:
         g = self._rngs.get(op.name)

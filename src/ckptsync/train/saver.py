@@ -46,11 +46,10 @@ from ..checkpoint.writer import first_nonfinite
 from ..errors import (
     CkptsyncRuntimeError,
     CkptsyncValueError,
-    InvalidArgumentError,
-    NotFoundError,
 )
 from ..workers import AsyncCheckpointWriter, StateUpdate
 from .saver_paths import prepare_save_path
+from .saver_restore import RestoreSpec, restore_into_session, restore_specs
 from .saver_vars import build_var_map, check_session_graph, get_default_graph_step, is_saveable
 
 __all__ = ["Saver"]
@@ -130,6 +129,7 @@ class Saver:
         self._retention: Any = None
         self._var_map: dict[str, Any] | None = None
         self._key_names: tuple[list[str], list[str]] | None = None
+        self._specs: list[RestoreSpec] | None = None  # for restore, made once
         self._is_empty = False
         self._swept_dirs: set[str] = set()  # absolute and real paths of swept dirs
         self._absolute_paths: dict[str, str] = {}  # path -> abspath while cwd is _cwd
@@ -431,8 +431,11 @@ class Saver:
     def restore(self, sess: Any, save_path: str | None) -> None:
         """Loads every variable of ``var_list`` from checkpoint ``save_path``.
 
-        Only the ``var_list`` keys are read; other keys in the file are ignored. An
-        queued async saves are waited for first (a failure is raised).
+        Only the ``var_list`` keys are read; other keys in the file are ignored. Queued
+        async saves are waited for first (a failure is raised). The values are read
+        into the variables' own arrays where nobody else holds them, and only once the
+        whole checkpoint has matched its checksums (:mod:`.saver_restore`): a failed
+        restore changes no variable. Restore with no ``run`` in flight on ``sess``.
 
         Raises:
             ValueError: ``save_path`` is None, or no checkpoint is there ("The passed
@@ -450,41 +453,9 @@ class Saver:
         self._finish_async()
         if not ckpt.checkpoint_exists(save_path):
             raise CkptsyncValueError(f"The passed save_path is not a valid checkpoint: {save_path}")
-        try:
-            values = ckpt.read_checkpoint(save_path, names=list(var_map), verify=True)
-        except NotFoundError as e:
-            raise NotFoundError(
-                None, None,
-                "Restoring from checkpoint failed. This is most likely due to a Variable name or "
-                "other graph key that is missing from the checkpoint. Please ensure that you have "
-                f"not altered the graph expected based on the checkpoint. Original error: {e}"
-            ) from e
-        out: dict[str, np.ndarray] = {}
-        for key, var in var_map.items():
-            arr = values[key]
-            if is_saveable(var):  # e.g. an iterator's position
-                var.restore_value(sess, arr)
-                continue
-            want = tuple(var.shape.as_list())
-            if arr.dtype != var.dtype.np:
-                raise InvalidArgumentError(
-                    None, None,
-                    f"Restoring from checkpoint failed. This is most likely due to a mismatch "
-                    f"between the current graph and the graph from the checkpoint. tensor_name = "
-                    f"{key}; expected dtype {var.dtype.name} does not equal original dtype "
-                    f"{arr.dtype} in checkpoint {save_path}.")
-            if arr.shape != want:
-                if self._reshape and arr.size == int(np.prod(want)):
-                    arr = arr.reshape(want)
-                else:
-                    raise InvalidArgumentError(
-                        None, None,
-                        f"Restoring from checkpoint failed. This is most likely due to a mismatch "
-                        f"between the current graph and the graph from the checkpoint. Assign "
-                        f"requires shapes of both tensors to match. lhs shape= {list(want)} rhs "
-                        f"shape= {list(arr.shape)} for variable {key} in checkpoint {save_path}.")
-            out[var.op.name] = arr
-        sess.write_variables(out, copy=False)  # the arrays were read for this restore alone
+        if self._specs is None:
+            self._specs = restore_specs(var_map)
+        restore_into_session(sess, save_path, self._specs, self._reshape)
 
     def as_saver_def(self) -> dict[str, Any]:
         return {"max_to_keep": self._max_to_keep,
