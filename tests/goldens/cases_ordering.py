@@ -101,6 +101,29 @@ def assign_of_a_read_after_assign_add(tf):
 
 
 @case
+def assign_output_read_after_a_later_update(tf):
+    # An assign's output is the variable (TF1's ref): read after a later update, it has it.
+    v = _var(tf, 1.0)
+    a = tf.assign(v, 5.0)
+    with tf.control_dependencies([a]):
+        b = tf.assign_add(v, 1.0)
+    with tf.control_dependencies([b]):
+        r = a + 0.0
+    return {"feeds": {}, "init": True, "fetch": {"r": r}, "runs": 2}
+
+
+@case
+def scatter_output_read_after_a_later_scatter(tf):
+    v = _var(tf, np.array([1.0, 2.0], np.float32))
+    a = tf.scatter_update(v, [0], [5.0])
+    with tf.control_dependencies([a]):
+        b = tf.scatter_add(v, [1], [10.0])
+    with tf.control_dependencies([b]):
+        r = a * 1.0
+    return {"feeds": {}, "init": True, "fetch": {"r": r}, "runs": 3}
+
+
+@case
 def assign_output_and_read_in_one_op(tf):
     v = _var(tf, 1.0)
     a = tf.assign(v, 5.0)

@@ -21,6 +21,9 @@ variables, see :mod:`ckptsync.session.ordering`): the variables of its ``ref_inp
 but those in ``read_refs`` (inputs it only reads, as a sparse gather), the names its
 ``writes`` function gives (an op that names its variables in attrs), and what the
 sub-graphs its ``subgraphs`` function gives write (a cond's branches, a loop's body).
+An op whose output is the variable it updates (TF1's ops that output the ref: ``Assign``,
+``ScatterAdd``, ``ApplyAdam``, ...) names that ref input ``output_ref``: a read of the
+output is a read of the variable (it sees later updates ordered before the read).
 
 Two optional capabilities let the session skip a copy between ops (a fused allreduce of
 hundreds of gradients, see :mod:`ckptsync.distributed`):
@@ -94,6 +97,8 @@ class OpDef:
     writes: Callable[[Operation], Sequence[str]] | None = None
     # op -> the sub-graphs (``func_graph.SubGraph``) its kernel runs.
     subgraphs: Callable[[Operation], Sequence[Any]] | None = None
+    # The ref input whose variable the op's output 0 is (its new value, as TF1's ref).
+    output_ref: int | None = None
 
 
 _REGISTRY: dict[str, OpDef] = {}
@@ -111,10 +116,13 @@ def register(
     read_refs: tuple[int, ...] = (),
     writes: Callable[[Operation], Sequence[str]] | None = None,
     subgraphs: Callable[[Operation], Sequence[Any]] | None = None,
+    output_ref: int | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Registers ``op_type``'s kernel (the decorated function) with its gradient."""
-    if not set(read_refs) <= set(ref_inputs):
-        raise CkptsyncValueError(f"Op type {op_type!r}: read_refs must be among ref_inputs.")
+    if not set(read_refs) <= set(ref_inputs) or (
+            output_ref is not None and (output_ref not in ref_inputs or output_ref in read_refs)):
+        raise CkptsyncValueError(f"Op type {op_type!r}: read_refs and output_ref must be "
+                                 "among ref_inputs, output_ref one it writes.")
     if (writes is not None or subgraphs is not None) and kind != "stateful":
         raise CkptsyncValueError(f"Op type {op_type!r}: only stateful ops write variables.")
     if accepts_out and kind != "pure":
@@ -127,7 +135,7 @@ def register(
             raise CkptsyncValueError(f"Op type {op_type!r} is already registered.")
         _REGISTRY[op_type] = OpDef(op_type, kernel, grad, kind, tuple(ref_inputs),
                                    not_differentiable, accepts_out, fuse_inputs,
-                                   tuple(read_refs), writes, subgraphs)
+                                   tuple(read_refs), writes, subgraphs, output_ref)
         return kernel
 
     return deco

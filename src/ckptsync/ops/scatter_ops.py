@@ -152,19 +152,22 @@ def _scatter(ctx: Any, op: Operation, updates: np.ndarray, indices: np.ndarray,
     return arr
 
 
-@register("ScatterUpdate", kind="stateful", ref_inputs=(0,), not_differentiable=True)
+@register("ScatterUpdate", kind="stateful", ref_inputs=(0,), output_ref=0,
+          not_differentiable=True)
 def _scatter_update_kernel(ctx: Any, op: Operation, _ref: None, indices: np.ndarray,
                            updates: np.ndarray) -> np.ndarray:
     return _scatter(ctx, op, updates, indices, "update")
 
 
-@register("ScatterAdd", kind="stateful", ref_inputs=(0,), not_differentiable=True)
+@register("ScatterAdd", kind="stateful", ref_inputs=(0,), output_ref=0,
+          not_differentiable=True)
 def _scatter_add_kernel(ctx: Any, op: Operation, _ref: None, indices: np.ndarray,
                         updates: np.ndarray) -> np.ndarray:
     return _scatter(ctx, op, updates, indices, "add")
 
 
-@register("ScatterSub", kind="stateful", ref_inputs=(0,), not_differentiable=True)
+@register("ScatterSub", kind="stateful", ref_inputs=(0,), output_ref=0,
+          not_differentiable=True)
 def _scatter_sub_kernel(ctx: Any, op: Operation, _ref: None, indices: np.ndarray,
                         updates: np.ndarray) -> np.ndarray:
     return _scatter(ctx, op, updates, indices, "sub")
@@ -175,7 +178,8 @@ def _register_scatter(op_type: str, how: str) -> None:
                updates: np.ndarray) -> np.ndarray:
         return _scatter(ctx, op, updates, indices, how)
 
-    register(op_type, kind="stateful", ref_inputs=(0,), not_differentiable=True)(kernel)
+    register(op_type, kind="stateful", ref_inputs=(0,), output_ref=0,
+             not_differentiable=True)(kernel)
 
 
 for _type, _how in (("ScatterMul", "mul"), ("ScatterDiv", "div"), ("ScatterMin", "min"),

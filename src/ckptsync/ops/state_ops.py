@@ -43,14 +43,14 @@ def _check_value(ref: Tensor, value: np.ndarray, op: Operation, validate: bool) 
     return value
 
 
-@register("Assign", kind="stateful", ref_inputs=(0,))
+@register("Assign", kind="stateful", ref_inputs=(0,), output_ref=0)
 def _assign_kernel(ctx: Any, op: Operation, _ref: None, value: np.ndarray) -> np.ndarray:
     value = _check_value(op.inputs[0], np.asarray(value), op, op.attrs["validate_shape"])
     ctx.write(op.inputs[0].op.name, value)
     return value
 
 
-@register("AssignAdd", kind="stateful", ref_inputs=(0,))
+@register("AssignAdd", kind="stateful", ref_inputs=(0,), output_ref=0)
 def _assign_add_kernel(ctx: Any, op: Operation, _ref: None, delta: np.ndarray) -> np.ndarray:
     name = op.inputs[0].op.name
     value = _check_value(op.inputs[0], ctx.read(name) + delta, op, True)
@@ -58,7 +58,7 @@ def _assign_add_kernel(ctx: Any, op: Operation, _ref: None, delta: np.ndarray) -
     return value
 
 
-@register("AssignSub", kind="stateful", ref_inputs=(0,))
+@register("AssignSub", kind="stateful", ref_inputs=(0,), output_ref=0)
 def _assign_sub_kernel(ctx: Any, op: Operation, _ref: None, delta: np.ndarray) -> np.ndarray:
     name = op.inputs[0].op.name
     value = _check_value(op.inputs[0], ctx.read(name) - delta, op, True)
@@ -83,8 +83,10 @@ def _assign_like(op_type: str, ref: Any, value: Any, name: str | None,
 
 def assign(ref: Any, value: Any, validate_shape: bool = True, use_locking: Any = None,
            name: str | None = None) -> Tensor:
-    """Sets variable ``ref`` to ``value``, as ``tf.assign``; outputs ``value`` (of
-    ``ref``'s dtype; its shape unless ``validate_shape=False``).
+    """Sets variable ``ref`` to ``value``, as ``tf.assign``; outputs the variable's new
+    value (of ``ref``'s dtype; its shape unless ``validate_shape=False``): as TF1's ref
+    output, an op reading it after a later update of ``ref`` ordered before that op sees
+    that update.
 
     Raises:
         TypeError: ``ref`` is no variable; the dtypes differ.

@@ -19,7 +19,10 @@ its updates, has none and runs as it did.
 What an op writes (:func:`variables_written`): the variables of its ref inputs but those
 its type only reads (``OpDef.read_refs``), those its type names (``OpDef.writes``), and
 what the ops of the sub-graphs it runs write (``OpDef.subgraphs``: a cond's branches, a
-loop's cond and body). Inside a sub-graph, an ``_Arg`` that stands for a captured
+loop's cond and body). The output of an update (``OpDef.output_ref``: ``assign``,
+``scatter_add``, an optimizer's apply op) is, as TF1's ref output, the variable itself:
+an op reading it after a later update of the variable ordered before that op reads it
+fresh too (``assign(v, 5)``, then ``assign_add(v, 1)``, then ``a + 0``: 6). Inside a sub-graph, an ``_Arg`` that stands for a captured
 variable (``var_args``) is read as that variable: fresh where ordered after a write in
 the sub-graph, and replaced, when the sub-graph starts, by the run's last write of the
 variable if there is one (so a loop's next iteration sees the assignments of the last).
@@ -70,8 +73,13 @@ def plan_fresh_reads(ordered: list[Operation], fed_ids: set[int],
     variable ordered before it; ops without such a read are left out."""
     var_of: dict[int, str] = dict(var_args or {})
     for op in ordered:
-        if op.type == "VariableV2" and id(op.outputs[0]) not in fed_ids:
-            var_of[id(op.outputs[0])] = op.name
+        if op.outputs and id(op.outputs[0]) not in fed_ids:
+            if op.type == "VariableV2":
+                var_of[id(op.outputs[0])] = op.name
+            else:
+                k = get_op_def(op.type).output_ref
+                if k is not None:  # an update's output: the variable (TF1's ref)
+                    var_of[id(op.outputs[0])] = op.inputs[k].op.name
     if not var_of:
         return {}
     # Only variables read as values matter: the sets below stay that small.

@@ -59,7 +59,8 @@ MOVING_AVERAGE_VARIABLES = GraphKeys.MOVING_AVERAGE_VARIABLES
 _FLOATS = (_dtypes.float16, _dtypes.float32, _dtypes.float64)
 
 
-@register("AssignMovingAverage", kind="stateful", ref_inputs=(0, 1), read_refs=(1,))
+@register("AssignMovingAverage", kind="stateful", ref_inputs=(0, 1), read_refs=(1,),
+          output_ref=0)
 def _assign_moving_average_kernel(ctx: Any, op: Operation, _avg: None, _var: None,
                                   one_minus_decay: np.ndarray) -> np.ndarray:
     # average -= (average - variable) * (1 - decay), the variable as written so far this run

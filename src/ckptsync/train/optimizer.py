@@ -113,7 +113,7 @@ def _scalar(x: np.ndarray, dtype: Any) -> Any:
     return np.asarray(x, dtype=dtype)
 
 
-@register("ApplyGradientDescent", kind="stateful", ref_inputs=(0,))
+@register("ApplyGradientDescent", kind="stateful", ref_inputs=(0,), output_ref=0)
 def _apply_gd(ctx: Any, op: Operation, _v: None, lr: np.ndarray, grad: np.ndarray) -> np.ndarray:
     # var -= lr * grad
     name = op.inputs[0].op.name
@@ -123,7 +123,7 @@ def _apply_gd(ctx: Any, op: Operation, _v: None, lr: np.ndarray, grad: np.ndarra
     return new
 
 
-@register("ApplyMomentum", kind="stateful", ref_inputs=(0, 1))
+@register("ApplyMomentum", kind="stateful", ref_inputs=(0, 1), output_ref=0)
 def _apply_momentum(ctx: Any, op: Operation, _v: None, _a: None, lr: np.ndarray,
                     grad: np.ndarray, momentum: np.ndarray) -> np.ndarray:
     # accum = momentum * accum + grad
@@ -139,7 +139,7 @@ def _apply_momentum(ctx: Any, op: Operation, _v: None, _a: None, lr: np.ndarray,
     return new
 
 
-@register("ApplyAdam", kind="stateful", ref_inputs=(0, 1, 2))
+@register("ApplyAdam", kind="stateful", ref_inputs=(0, 1, 2), output_ref=0)
 def _apply_adam(ctx: Any, op: Operation, _v: None, _m: None, _s: None, b1p: np.ndarray,
                 b2p: np.ndarray, lr: np.ndarray, b1: np.ndarray, b2: np.ndarray,
                 eps: np.ndarray, grad: np.ndarray) -> np.ndarray:

@@ -75,11 +75,11 @@ def _register_rule(op_type: str, n_refs: int, grad_at: int, rule: Rule) -> None:
 
     refs = tuple(range(n_refs))
 
-    @register(op_type, kind="stateful", ref_inputs=refs)
+    @register(op_type, kind="stateful", ref_inputs=refs, output_ref=0)
     def _dense(ctx: Any, op: Operation, *args: Any) -> np.ndarray:
         return run(ctx, op, args, False)
 
-    @register("Sparse" + op_type, kind="stateful", ref_inputs=refs)
+    @register("Sparse" + op_type, kind="stateful", ref_inputs=refs, output_ref=0)
     def _sparse(ctx: Any, op: Operation, *args: Any) -> np.ndarray:
         return run(ctx, op, args, True)
 
@@ -197,7 +197,7 @@ _register_rule("ApplyFtrl", 3, 0, _ftrl)                # var accum linear | gra
 _register_rule("ApplyFtrlV2", 3, 0, _ftrl_v2)           # ... | grad lr l1 l2 l2_shrinkage p
 
 
-@register("SparseApplyMomentum", kind="stateful", ref_inputs=(0, 1))
+@register("SparseApplyMomentum", kind="stateful", ref_inputs=(0, 1), output_ref=0)
 def _sparse_momentum(ctx: Any, op: Operation, *args: Any) -> np.ndarray:
     # var accum | lr grad indices momentum  (TF's order): as the rule, on the rows only
     vn, an = op.inputs[0].op.name, op.inputs[1].op.name
