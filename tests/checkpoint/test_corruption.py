@@ -94,8 +94,17 @@ def test_missing_index(good: Path) -> None:
 
 def test_unsupported_format_version(good: Path) -> None:
     with h5py.File(good, "r+") as f:
+        f.attrs["ckptsync_format_version"] = np.int64(3)
+    with pytest.raises(DataLossError, match=r"format version 3 is not supported \(expected one "
+                       r"of 1, 2\)"):
+        CheckpointReader(good)
+
+
+def test_format_1_file_relabelled_as_format_2_is_refused(good: Path) -> None:
+    # Format 2's index is by column: a format-1 index under a version-2 label is corrupt.
+    with h5py.File(good, "r+") as f:
         f.attrs["ckptsync_format_version"] = np.int64(2)
-    with pytest.raises(DataLossError, match="format version 2 is not supported"):
+    with pytest.raises(DataLossError, match="index has no format_version 2"):
         CheckpointReader(good)
 
 

@@ -83,3 +83,16 @@ def test_a_damaged_variable_fails_the_listing_unless_no_verify(ckpts: Path) -> N
     assert "dense0/w" in err and "Traceback" not in err
     code, out, _ = _run(str(ckpts), "--no-verify")
     assert code == 0 and "verified" not in out
+
+
+def test_a_packed_checkpoint_lists_and_prints_every_variable(tmp_path: Path) -> None:
+    """Format 2 (more than 1,024 variables, the small ones packed): every name listed."""
+    arrays = {f"layer{i // 100:02d}/v{i % 100:02d}": np.float32(i) for i in range(2000)}
+    arrays["big/w"] = np.ones((200, 100), np.float32)  # 80 kB: a dataset of its own
+    write_checkpoint(tmp_path / "model.ckpt-3", arrays, global_step=3)
+    code, out, _ = _run(str(tmp_path / "model.ckpt-3"))
+    assert code == 0 and "format version 2" in out
+    listed = {line.split()[0] for line in out.splitlines() if line.startswith(("layer", "big"))}
+    assert listed == set(arrays)
+    code, out, _ = _run(str(tmp_path / "model.ckpt-3"), "--tensor", "layer12/v34")
+    assert code == 0 and out.splitlines()[-1] == "1234."

@@ -175,3 +175,17 @@ def test_reading_a_reply_does_not_wake_the_idle_worker(
         reader.read(prefix, ["step"])
         time.sleep(0.02)  # the worker is asleep before the next request
     assert voluntary_switches(pid) - before <= reads + reads // 5
+
+
+def test_a_packed_layout_of_20000_variables_reads_through_shared_memory(
+        tmp_path: Path, reader: CheckpointReadProcess) -> None:
+    """Issue #16 item 8: a large layout (format 2) is served through the read process,
+    every variable a read-only view of the shared block."""
+    arrays = {f"v{i:05d}": np.asarray((np.float32, np.int64)[i % 2](i)) for i in range(20_000)}
+    arrays.update(ARRAYS)
+    prefix = write_checkpoint(tmp_path / "m-1", arrays, 1)
+    got = reader.read(prefix, list(arrays))
+    assert list(got) == list(arrays)
+    for k, v in arrays.items():
+        assert got[k].dtype == v.dtype and got[k].tobytes() == np.asarray(v).tobytes(), k
+        assert not got[k].flags.writeable

@@ -43,8 +43,8 @@ _lock = threading.Lock()
 def learn(reader: Any) -> None:
     """Remembers the image of the layout of the file ``reader`` (an open
     ``CheckpointReader``) has read, if that file matches it. Never raises."""
-    if sys.byteorder != "little":
-        return
+    if sys.byteorder != "little" or reader.format_version != _format.FORMAT_VERSION:
+        return  # images are of format-1 layouts (a packed file has few datasets)
     try:
         entries = [reader._index[n] for n in sorted(reader._index)]
         fid = reader._file.id

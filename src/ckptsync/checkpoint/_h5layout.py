@@ -153,6 +153,8 @@ class RootValues:
         hashes: each variable's ``xxh3_64`` attribute, in ``entries`` order.
         index: the index document's bytes, uint8 ``[n]``.
         index_hash: the index dataset's ``xxh3_64`` attribute.
+        format_version: the ``ckptsync_format_version`` attribute (2 with a pack).
+        pack_hash: the pack dataset's ``xxh3_64`` attribute (format 2 only).
     """
 
     global_step: int | None
@@ -162,6 +164,8 @@ class RootValues:
     hashes: Sequence[str]
     index: np.ndarray
     index_hash: str
+    format_version: int = _format.FORMAT_VERSION
+    pack_hash: str = ""
 
 
 def write_layout(
@@ -171,27 +175,31 @@ def write_layout(
     arrays: Mapping[str, np.ndarray],
     paths: Mapping[str, str],
     raw: bool,
+    pack: np.ndarray | None = None,
 ) -> tuple[list[tuple[int, np.ndarray]], dict[str, int | None]]:
     """Creates every object of one checkpoint in ``w``, in the documented order.
 
     Args:
         w: the open file.
         values: root attributes, hashes and index.
-        names: the variable keys, sorted (the index order).
+        names: the keys of the variables stored as datasets, sorted (the index order).
         arrays: key → normalized array (for ``raw`` non-scalars only dtype and shape
             are used: their bytes are left for the caller).
         paths: key → HDF5 dataset path (``_format.hdf5_paths``).
         raw: leave non-scalar variables' data unwritten (allocated, not filled).
+        pack: format 2's uint8 pack (``_pack``), created after the variables: its bytes
+            are written by HDF5 unless ``raw`` (then a stand-in whose bytes the caller
+            writes at the returned offset); None for none.
 
     Returns:
         (the ``(file offset, array)`` pairs the caller must write, each dataset's data
-        offset by key, with the index under ``_format.INDEX_DATASET``; None where a
-        dataset has no data).
+        offset by key, with the index under ``_format.INDEX_DATASET`` and the pack under
+        ``_format.PACK_DATASET``; None where a dataset has no data).
     """
     offsets: list[tuple[int, np.ndarray]] = []
     where: dict[str, int | None] = {}
     root = w.fid
-    w.attr(root, b"ckptsync_format_version", np.asarray(np.int64(_format.FORMAT_VERSION)))
+    w.attr(root, b"ckptsync_format_version", np.asarray(np.int64(values.format_version)))
     if values.global_step is not None:
         w.attr(root, b"global_step", np.asarray(np.int64(values.global_step)))
     w.attr(root, b"created_unix_s", np.asarray(np.float64(values.created_unix_s)))
@@ -207,6 +215,13 @@ def write_layout(
             if direct and arr.nbytes:
                 offsets.append((where[name], arr))  # type: ignore[arg-type]
             w.str_attr(dsid, hash_attr, digest)
+        finally:
+            dsid.close()
+    if pack is not None:
+        dsid = w.dataset(_format.PACK_DATASET.encode("ascii"), pack, raw and pack.nbytes > 0)
+        try:
+            where[_format.PACK_DATASET] = dsid.get_offset() if pack.nbytes else None
+            w.str_attr(dsid, hash_attr, values.pack_hash)
         finally:
             dsid.close()
     dsid = w.dataset(_format.INDEX_DATASET.encode("ascii"), values.index, False)

@@ -63,7 +63,9 @@ MAX_DATA_BYTES = 8 << 20
 # Layouts of more variables are written (and read) by HDF5 every time. Building an
 # image is linear in the variable count (it once was quadratic: issue #16, 16,000
 # scalars took 31 s) but costs one more HDF5 write of the layout's metadata (~0.2 ms
-# per variable) on its first save; past this many, that would be seconds.
+# per variable) on its first save; past this many, that would be seconds. (Layouts of
+# more than ``_pack.PACK_MIN_VARIABLES`` are packed, format 2, and have no image: they
+# have few datasets, which HDF5 writes fast.)
 MAX_VARIABLES = 16384
 _CACHE_SIZE = 16
 _IOV_MAX = 512  # below every platform's IOV_MAX (1024 on Linux)

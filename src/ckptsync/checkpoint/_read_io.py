@@ -9,6 +9,7 @@ attributes it declares; nothing else uses this module.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from typing import Any, NamedTuple
@@ -18,7 +19,7 @@ import numpy as np
 import xxhash
 
 from ..errors import CkptsyncError, CkptsyncRuntimeError, DataLossError, OpError
-from . import _bulk_read, _format
+from . import _bulk_read, _format, _pack
 
 # Data bytes on disk are little-endian C order; on little-endian hosts they are read
 # into the output array (through a buffer small enough to hash from the CPU cache).
@@ -81,6 +82,7 @@ class _ReadIO:
     _size_bytes: int
     _index: dict[str, _format.IndexEntry]
     _paths: dict[str, bytes]
+    _pack_at: int | None  # file offset of the pack's bytes (format 2), else None
 
     def _loss(self, what: str, name: str | None = None) -> OpError:
         var = f" variable {name!r}:" if name is not None else ""
@@ -305,11 +307,81 @@ class _ReadIO:
                       outs: list[np.ndarray] | None = None,
                       verify_first: bool = False) -> list[np.ndarray]:
         """Reads listed variables in order; the first damaged one raises (as reading
-        them one by one with get_tensor would). ``outs``: C-contiguous arrays of the
-        index's shapes and dtypes to read into, instead of new ones; with
-        ``verify_first`` nothing is written into them unless every variable checks."""
+        them one by one with get_tensor would; in a format-2 file, the packed variables
+        are read and checked first). ``outs``: C-contiguous arrays of the index's shapes
+        and dtypes to read into, instead of new ones; with ``verify_first`` nothing is
+        written into them unless every variable checks."""
         if self._file is None:
             raise CkptsyncRuntimeError(f"Checkpoint reader for {self._path} is closed.")
+        if self._pack_at is None:
+            return self._read_datasets(names, verify, outs, verify_first)
+        index = self._index
+        entries = [index[n] for n in names]
+        if outs is None:
+            outs = [np.empty(e.shape, e.dtype) for e in entries]
+        at = [i for i, e in enumerate(entries) if e.pack is not None]
+        packed, packed_outs = [entries[i] for i in at], [outs[i] for i in at]
+        staged = verify and verify_first
+        # verify_first: the packed variables are read into new arrays and checked, the
+        # datasets read (checked first too), and only then the packed values copied.
+        into = [np.empty(e.shape, e.dtype) for e in packed] if staged else packed_outs
+        if packed:
+            self._read_pack(packed, into, verify)
+        stored = [i for i, e in enumerate(entries) if e.pack is None]
+        if stored:
+            self._read_datasets([names[i] for i in stored], verify,
+                                [outs[i] for i in stored], verify_first)
+        if staged:
+            for out, src in zip(packed_outs, into):
+                out[...] = src
+        return outs
+
+    def _read_pack(self, entries: list[_format.IndexEntry], outs: list[np.ndarray],
+                   verify: bool) -> None:
+        """Reads packed variables (format 2, ``_pack``) into ``outs``: ``preadv`` runs
+        on HDF5's descriptor, or HDF5 reads the whole pack where there is none."""
+        assert self._pack_at is not None
+        try:
+            if self._fd is not None:
+                if not _pack.read_packed(self._fd, self._pack_at, entries, outs):
+                    raise self._loss("file ends inside the packed variables (truncated?)",
+                                     _format.PACK_DATASET)
+            else:
+                ds = self._open_dataset(_format.PACK_DATASET.encode("ascii"))
+                if ds is None:
+                    raise self._loss("no such dataset", _format.PACK_DATASET)
+                try:
+                    buf = np.empty(ds.shape, np.uint8)
+                    if buf.size:
+                        ds.read(h5py.h5s.ALL, h5py.h5s.ALL, buf)
+                finally:
+                    ds.close()
+                for e, out in zip(entries, outs):
+                    stored = e.dtype.newbyteorder("<")
+                    out[...] = np.frombuffer(buf, stored, math.prod(e.shape),
+                                             e.pack or 0).reshape(e.shape)
+        except CkptsyncError:
+            raise
+        except Exception as exc:
+            raise self._loss(f"reading the pack failed ({type(exc).__name__}: {exc})",
+                             _format.PACK_DATASET) from exc
+        if verify:
+            # The arrays' memory is their stored bytes on a little-endian host.
+            hasher: Any = xxhash.xxh3_64_hexdigest if _RAW_READS else _format.hash_array
+            if list(map(hasher, outs)) == [e.xxh3_64 for e in entries]:
+                return
+            for entry, out in zip(entries, outs):
+                actual = _format.hash_array(out)
+                if actual != entry.xxh3_64:
+                    raise self._loss(
+                        f"checksum mismatch: xxh3_64 {actual} != expected {entry.xxh3_64} "
+                        f"({entry.nbytes} packed bytes of {entry.dtype.name} "
+                        f"{list(entry.shape)})", entry.name)
+
+    def _read_datasets(self, names: list[str], verify: bool,
+                       outs: list[np.ndarray] | None = None,
+                       verify_first: bool = False) -> list[np.ndarray]:
+        """:meth:`_read_tensors` of variables stored as datasets."""
         plans: list[_Plan] = []
         failure: CkptsyncError | None = None
         try:

@@ -59,8 +59,9 @@ class CheckpointReader(_ReadIO):
     the constructor then returns a :class:`~.tf_bundle.TFBundleReader`, which has the
     same methods and properties.
 
-    Opening reads the root attributes and the index only; listing shapes and dtypes of
-    10,000 variables needs no dataset access. Tensors are read on demand.
+    Opening reads the root attributes and the index only (and, in a format-2 file, checks
+    the pack's dataset); listing shapes and dtypes of 100,000 variables needs no other
+    dataset access. Tensors are read on demand.
 
     Args:
         prefix: ``"ckpts/model.ckpt-1200"`` or ``"ckpts/model.ckpt-1200.h5"``.
@@ -97,7 +98,8 @@ class CheckpointReader(_ReadIO):
         self._size_bytes = size
         try:
             self._file = h5py.File(self._path, "r", locking=False)
-            self._load_header()
+            with _format.gc_paused():
+                self._load_header()
         except CkptsyncError:
             self.close()
             raise
@@ -145,10 +147,10 @@ class CheckpointReader(_ReadIO):
         if not h5py.h5a.exists(fid, b"ckptsync_format_version"):
             raise self._loss("no 'ckptsync_format_version' attribute; not a ckptsync file")
         version = self._attr(fid, "ckptsync_format_version", _INT64)
-        if not isinstance(version, np.integer) or int(version) != _format.FORMAT_VERSION:
+        if not isinstance(version, np.integer) or int(version) not in _format.FORMAT_VERSIONS:
             raise self._loss(
-                f"format version {version} is not supported (expected "
-                f"{_format.FORMAT_VERSION}); upgrade ckptsync"
+                f"format version {version} is not supported (expected one of "
+                f"{', '.join(map(str, _format.FORMAT_VERSIONS))}); upgrade ckptsync"
             )
         self._format_version = int(version)
         step = self._attr(fid, "global_step", _INT64)
@@ -168,9 +170,12 @@ class CheckpointReader(_ReadIO):
             raise self._loss("metadata_json is not a JSON object")
         self._metadata: dict[str, Any] = meta
         self._index = self._load_index()
-        self._paths = {
-            k: p.encode("ascii") for k, p in _format.hdf5_paths(list(self._index)).items()
-        }
+        stored = [k for k, e in self._index.items() if e.pack is None]
+        self._paths = {k: p.encode("ascii") for k, p in _format.hdf5_paths(stored).items()}
+        self._pack_at: int | None = None
+        if len(stored) < len(self._index):
+            self._pack_at = self._check_pack(
+                sum(e.nbytes for e in self._index.values() if e.pack is not None))
 
     def _str_attr(self, name: str) -> str:
         assert self._file is not None
@@ -198,9 +203,25 @@ class CheckpointReader(_ReadIO):
         finally:
             ds.close()
         try:
-            return _format.decode_index(raw.tobytes())
+            return _format.decode_index(raw.tobytes(), self._format_version)
         except ValueError as e:  # includes JSON and UTF-8 errors
             raise self._loss(f"index is malformed ({e})") from e
+
+    def _check_pack(self, nbytes: int) -> int:
+        """Checks format 2's pack dataset (uint8 ``[nbytes]``, contiguous, inside the
+        file); returns the file offset of its bytes (0 when it has none)."""
+        name = _format.PACK_DATASET
+        ds = self._open_dataset(name.encode("ascii"))
+        if ds is None:
+            raise self._loss(f"the index lists packed variables but there is no /{name}")
+        try:
+            # Its xxh3_64 attribute is for other tools: each packed variable is verified
+            # against its own index hash.
+            entry = _format.IndexEntry(name, np.dtype(np.uint8), (nbytes,), nbytes, "")
+            plan = self._plan(ds, entry, verify=False, name=name)
+        finally:
+            ds.close()
+        return plan.offset or 0
 
     # -- public API -------------------------------------------------------------------
     def close(self) -> None:
@@ -283,7 +304,7 @@ class CheckpointReader(_ReadIO):
 
     @property
     def format_version(self) -> int:
-        """The ckptsync format version, 1."""
+        """The ckptsync format version: 1, or 2 for a packed layout (``_pack``)."""
         return self._format_version
 
     @property
@@ -369,7 +390,13 @@ def read_checkpoint_into(
         for dst, arr in zip(dsts, read.values()):
             dst[...] = arr
         return dict(zip(read, dsts))
+    with _format.gc_paused():
+        return _read_into(prefix, wanted, allocate, verify, verify_first)
 
+
+def _read_into(prefix: str | os.PathLike[str], wanted: Sequence[str] | None,
+               allocate: Allocator, verify: bool, verify_first: bool
+               ) -> dict[str, np.ndarray]:
     def outs_for(entries: list[_format.IndexEntry]) -> list[np.ndarray]:
         return allocate([(e.name, e.dtype, e.shape) for e in entries])
 
@@ -378,10 +405,11 @@ def read_checkpoint_into(
     if known is not None:  # a learned layout: read without HDF5, as below
         return known
     with CheckpointReader(prefix) as reader:
-        keys = sorted(reader._index) if wanted is None else list(wanted)
-        for name in keys:
-            if not reader.has_tensor(name):
-                raise _key_not_found(name, reader.path)
+        index = reader._index
+        keys = sorted(index) if wanted is None else list(wanted)
+        missing = [n for n in keys if n not in index]
+        if missing:
+            raise _key_not_found(missing[0], reader.path)
         outs = outs_for([reader._index[n] for n in keys])
         out = dict(zip(keys, reader._read_tensors(keys, verify, outs, verify_first)))
         _fast_read.learn(reader)

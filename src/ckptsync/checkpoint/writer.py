@@ -1,9 +1,10 @@
 """write_checkpoint: a dict of named numpy arrays → one immutable HDF5 file.
 
-The layout is pinned in docs/checkpoint-format.md and by tests/checkpoint/test_layout.py.
-One write path: the metadata of a layout saved before is written from its image
-(``_image``, the same bytes HDF5 writes; tests compare both), all other files through
-HDF5 (``_h5layout``); the data is written straight from the arrays either way.
+The layout is pinned in docs/checkpoint-format.md and by tests/checkpoint/test_layout.py
+and test_pack.py. One write path: the metadata of a (format-1) layout saved before is
+written from its image (``_image``, the same bytes HDF5 writes; tests compare both), all
+other files through HDF5 (``_h5layout``), a large layout's small variables packed into
+one dataset (``_pack``); the data is written straight from the arrays either way.
 
 Also the checks a caller that hands arrays on to a writer later (the async writer)
 runs up front: :func:`prepare_arrays`, :func:`check_global_step`,
@@ -16,14 +17,14 @@ import importlib.metadata
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import h5py
 import numpy as np
 
 from ..errors import CkptsyncTypeError, CkptsyncValueError
-from . import _format, _image
+from . import _format, _image, _pack
 from ._atomic import publish
 from ._format import first_nonfinite
 from ._h5layout import H5Writer, RootValues, write_layout
@@ -103,11 +104,15 @@ def _raw_writes_are_safe() -> bool:
     return resource.getrlimit(resource.RLIMIT_FSIZE)[0] == resource.RLIM_INFINITY
 
 
-def _write_raw(path: str, offsets: list[tuple[int, np.ndarray]]) -> None:
-    """Writes each array's little-endian C-order bytes at its dataset's file offset.
+def _write_raw(path: str, offsets: list[tuple[int, np.ndarray]],
+               pack_at: int | None = None, packed: Sequence[_format.IndexEntry] = (),
+               arrays: Mapping[str, np.ndarray] | None = None) -> None:
+    """Writes each array's little-endian C-order bytes at its dataset's file offset,
+    and the packed variables' at the pack's (``pack_at``).
 
-    One ``pwrite`` per variable straight from the array's memory (no copies, no HDF5
-    type-conversion buffers): as fast as ``ndarray.tofile``.
+    One ``pwrite`` per variable (``pwritev`` per run of packed ones) straight from the
+    arrays' memory (no copies, no HDF5 type-conversion buffers): as fast as
+    ``ndarray.tofile``.
     """
     fd = os.open(path, os.O_WRONLY)
     try:
@@ -116,6 +121,8 @@ def _write_raw(path: str, offsets: list[tuple[int, np.ndarray]]) -> None:
             done = 0
             while done < len(view):
                 done += os.pwrite(fd, view[done:], offset + done)
+        if pack_at is not None and arrays is not None:
+            _pack.write_packed(fd, pack_at, packed, arrays)
     finally:
         os.close(fd)
 
@@ -131,8 +138,12 @@ def prepare_arrays(arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
         raise CkptsyncTypeError(
             f"arrays must be a mapping from key to array; got {type(arrays).__name__}."
         )
-    out = {_format.validate_key(k): _format.normalize_array(k, v) for k, v in arrays.items()}
-    return out
+    keys = list(arrays)
+    if not _format.valid_keys(keys):
+        for k in keys:  # raises, naming the first bad key
+            _format.validate_key(k)
+    normalize = _format.normalize_array
+    return {k: normalize(k, v) for k, v in arrays.items()}
 
 
 def write_checkpoint(
@@ -147,7 +158,10 @@ def write_checkpoint(
     Every key becomes a dataset at its path (``dense0/w`` → group ``dense0``, dataset
     ``w``), contiguous, C order, exact dtype (stored little-endian). A key that is also
     another key's scope (``dense0/w`` beside the slot ``dense0/w/Adam``) is stored as
-    dataset ``dense0/w/:value``. The file is written
+    dataset ``dense0/w/:value``. In a layout of more than 1,024 variables, those of at
+    most 64 KiB are packed into the one dataset ``/_ckptsync/pack`` instead (format
+    version 2, ``_pack``; docs/checkpoint-format.md): 100,000 variables save in about a
+    second, not a minute. The file is written
     to ``.<basename>.h5.tmp-<pid>-<n>`` in the same directory, flushed, closed, fsynced,
     renamed onto ``<prefix>.h5`` and the directory fsynced. An existing file of that name
     is replaced by a new inode, never rewritten, so open readers keep their old data.
@@ -188,13 +202,23 @@ def write_checkpoint(
         'ckpts/model.ckpt-5'
     """
     path = _format.data_path(os.fspath(prefix))
-    prefix_str = path[: -len(_format.DATA_SUFFIX)]
     step = check_global_step(global_step)
     meta = metadata_json(metadata)
+    with _format.gc_paused():
+        _write(path, arrays, step, meta, sync_directory)
+    return path[: -len(_format.DATA_SUFFIX)]
+
+
+def _write(path: str, arrays: Mapping[str, np.ndarray], step: int | None, meta: str,
+           sync_directory: bool) -> None:
     prepared = prepare_arrays(arrays)
-    entries = [_format.entry_for(k, prepared[k]) for k in sorted(prepared)]
-    index = _format.encode_index(entries)
-    paths = _format.hdf5_paths(list(prepared))
+    entries, pack_nbytes = _pack.index_entries(sorted(prepared), prepared)
+    version = _format.FORMAT_VERSION if pack_nbytes is None else _format.PACKED_FORMAT_VERSION
+    index = _format.encode_index(entries, version)
+    packed = [e for e in entries if e.pack is not None]
+    stored = [e for e in entries if e.pack is None]  # each its own dataset
+    names = [e.name for e in stored]
+    paths = _format.hdf5_paths(names)
 
     # Null-padded to a multiple of 64 bytes (an HDF5 fixed-length string's own padding;
     # h5py reads it back without): saves whose metadata differs in length by a few
@@ -202,28 +226,33 @@ def write_checkpoint(
     meta += "\0" * (-len(meta.encode("utf-8")) % _METADATA_PAD_BYTES)
     values = RootValues(
         global_step=step, created_unix_s=time.time(), writer=WRITER, metadata_json=meta,
-        hashes=[e.xxh3_64 for e in entries], index=index,
-        index_hash=_format.hash_array(index))
-    names = [e.name for e in entries]
+        hashes=[e.xxh3_64 for e in stored], index=index,
+        index_hash=_format.hash_array(index), format_version=version,
+        pack_hash=_pack.pack_hash(packed, prepared) if packed else "")
     raw = _raw_writes_are_safe()
     # Images reproduce the raw-write layout, so they are used only where HDF5 would
     # write that layout too. A new layout is written by HDF5 and its image learnt from
-    # that file (one more HDF5 build of the metadata, checked against the file).
-    image = _image.image_for(values, names, prepared, paths, build_new=False) if raw else None
+    # that file (one more HDF5 build of the metadata, checked against the file). A
+    # packed layout has few datasets: HDF5 writes it fast, every time.
+    image = (_image.image_for(values, names, prepared, paths, build_new=False)
+             if raw and pack_nbytes is None else None)
 
     def write(tmp: str) -> None:
         if image is not None:
             image.write(tmp, values, names, prepared)
             return
+        pack = None
+        if pack_nbytes is not None:
+            pack = _pack.stand_in(pack_nbytes) if raw else _pack.joined(packed, prepared)
         w = H5Writer(tmp)
         try:
-            offsets, _ = write_layout(w, values, names, prepared, paths, raw)
+            offsets, where = write_layout(w, values, names, prepared, paths, raw, pack)
             h5py.h5f.flush(w.fid)
         finally:
             w.close()
-        _write_raw(tmp, offsets)
-        if raw:
+        pack_at = where.get(_format.PACK_DATASET) if raw else None
+        _write_raw(tmp, offsets, pack_at, packed, prepared)
+        if raw and pack_nbytes is None:
             _image.learn_file(tmp, values, names, prepared, paths)
 
     publish(path, write, "write checkpoint", sync_directory=sync_directory)
-    return prefix_str

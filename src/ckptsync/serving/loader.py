@@ -121,28 +121,34 @@ def load_snapshot(
         raise DataLossError(None, None, f"cannot read checkpoint {path}: {e}") from e
 
     missing = [name for name in specs if name not in arrays]
-    wrong = [_wrong_spec(name, np.asarray(arrays[name]), spec)
-             for name, spec in specs.items() if name in arrays]
+    # (Per variable, only what a 100,000-variable model can afford: the exact match
+    # first, the spec's own check only for the rest.)
+    wrong = [_wrong_spec(name, arr, spec) for name, spec in specs.items()
+             if name in arrays and ((arr := np.asarray(arrays[name])).dtype != spec.dtype
+                                    or arr.shape != spec.shape)]
     if missing or any(wrong):
         cls = NotFoundError if missing else InvalidArgumentError
         raise _mismatch(cls, prefix, specs, missing, [w for w in wrong if w])
     params: dict[str, np.ndarray] = {}
     for name in specs:
-        arr = np.asarray(arrays[name])
-        # One reduction per array first: no [shape] bool temporary for a finite one.
-        if not allow_nonfinite and first_nonfinite({name: arr}) is not None:
-            bad = arr.size - int(np.count_nonzero(np.isfinite(arr)))
-            if bad:
-                raise InvalidArgumentError(
-                    None,
-                    None,
-                    f"{path}: variable '{name}' holds {bad} NaN/Inf values of {arr.size}; "
-                    "refusing to serve it (allow_nonfinite=True to accept)",
-                )
+        arr = arrays[name]
+        if type(arr) is not np.ndarray:
+            arr = np.asarray(arr)
         if not arr.flags.c_contiguous:
             arr = np.ascontiguousarray(arr)
         arr.setflags(write=False)
         params[name] = arr
+    # One reduction per array, in one pass (no [shape] bool temporary for a finite one).
+    bad_name = None if allow_nonfinite else first_nonfinite(params)
+    if bad_name is not None:
+        arr = params[bad_name]
+        bad = arr.size - int(np.count_nonzero(np.isfinite(arr)))
+        raise InvalidArgumentError(
+            None,
+            None,
+            f"{path}: variable '{bad_name}' holds {bad} NaN/Inf values of {arr.size}; "
+            "refusing to serve it (allow_nonfinite=True to accept)",
+        )
     if version is None:
         version = parse_version(prefix) or 0
     try:

@@ -157,6 +157,9 @@ class Session:
             dtype = op.outputs[0].dtype.np
             if copy:
                 arr = np.array(value, dtype=dtype, copy=True)
+            elif (type(value) is np.ndarray and value.dtype == dtype
+                  and value.flags.c_contiguous and value.flags.writeable):
+                arr = value  # as np.require would return it, without its per-call cost
             else:
                 arr = np.require(value, dtype=dtype, requirements=["C", "W"])
             new[name] = arr

@@ -30,6 +30,7 @@ Thread-safety: one Saver may be used from one thread at a time.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -43,10 +44,7 @@ from .. import checkpoint as ckpt
 from .. import errors
 from ..checkpoint.management import remove_evicted
 from ..checkpoint.writer import first_nonfinite
-from ..errors import (
-    CkptsyncRuntimeError,
-    CkptsyncValueError,
-)
+from ..errors import CkptsyncRuntimeError, CkptsyncValueError
 from ..workers import AsyncCheckpointWriter, StateUpdate
 from .saver_paths import prepare_save_path
 from .saver_restore import RestoreSpec, restore_into_session, restore_specs
@@ -128,8 +126,10 @@ class Saver:
         self._keep_hours = keep_checkpoint_every_n_hours
         self._retention: Any = None
         self._var_map: dict[str, Any] | None = None
-        self._key_names: tuple[list[str], list[str]] | None = None
-        self._specs: list[RestoreSpec] | None = None  # for restore, made once
+        # Per-variable facts, made once: (keys, op names, saveable objects) for save,
+        # the restore specs for restore.
+        self._key_names: tuple[list[str], list[str], list[tuple[str, Any]]] | None = None
+        self._specs: list[RestoreSpec] | None = None
         self._is_empty = False
         self._swept_dirs: set[str] = set()  # absolute and real paths of swept dirs
         self._absolute_paths: dict[str, str] = {}  # path -> abspath while cwd is _cwd
@@ -157,12 +157,19 @@ class Saver:
         self._var_map = var_map
         self._retention = ckpt.CheckpointRetention(
             max_to_keep=self._max_to_keep, keep_checkpoint_every_n_hours=self._keep_hours)
+        # As TF1's Saver builds its save and restore ops here: the first save and
+        # restore then cost what every later one does.
+        self._names()
+        with contextlib.suppress(ValueError):  # unknown rank: the first restore raises
+            self._specs = restore_specs(var_map)
 
-    def _names(self) -> tuple[list[str], list[str]]:
-        """The checkpoint keys and the variables' op names, in the same order (cached)."""
+    def _names(self) -> tuple[list[str], list[str], list[tuple[str, Any]]]:
+        """The checkpoint keys and the variables' op names, in the same order, and the
+        (key, saveable object) pairs (cached)."""
         if self._key_names is None:
             var_map = {k: v for k, v in self._map().items() if not is_saveable(v)}
-            self._key_names = list(var_map), [v.op.name for v in var_map.values()]
+            self._key_names = list(var_map), [v.op.name for v in var_map.values()], \
+                [(k, v) for k, v in self._map().items() if is_saveable(v)]
         return self._key_names
 
     def _map(self) -> dict[str, Any]:
@@ -250,9 +257,9 @@ class Saver:
             if real_dir not in self._swept_dirs:  # e.g. a symlink to a swept one
                 ckpt.sweep_temp_files(save_dir)
             self._swept_dirs.update((abs_dir, real_dir))
-        keys, op_names = self._names()
+        keys, op_names, saveables = self._names()
         named = dict(zip(keys, sess.read_variables(op_names).values()))
-        named.update((k, v.save_value(sess)) for k, v in var_map.items() if is_saveable(v))
+        named.update((k, v.save_value(sess)) for k, v in saveables)
         gs = get_default_graph_step(sess, var_map) if step is None else step
         if self._writer is not None:
             self._save_async(prefix, save_dir, latest_filename, named, gs, metadata, write_state)
@@ -458,6 +465,5 @@ class Saver:
         restore_into_session(sess, save_path, self._specs, self._reshape)
 
     def as_saver_def(self) -> dict[str, Any]:
-        return {"max_to_keep": self._max_to_keep,
-                "keep_checkpoint_every_n_hours": self._keep_hours,
-                "filename": self._filename}
+        return {"max_to_keep": self._max_to_keep, "filename": self._filename,
+                "keep_checkpoint_every_n_hours": self._keep_hours}

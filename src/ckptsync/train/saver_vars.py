@@ -18,6 +18,8 @@ __all__ = ["is_saveable", "build_var_map", "check_session_graph", "get_default_g
 def is_saveable(v: Any) -> bool:
     """A saveable object other than a variable (a ``tf.data`` iterator's position): it
     has ``name``, ``save_value(sess)`` and ``restore_value(sess, array)``."""
+    if type(v) is Variable:  # the common case, without two failed attribute lookups
+        return False
     return hasattr(v, "save_value") and hasattr(v, "restore_value")
 
 

@@ -71,7 +71,7 @@ class _Heartbeat:
                         return
 
 
-def _views(variables: list[dict[str, Any]], mm: mmap.mmap | None) -> dict[str, np.ndarray]:
+def _views(variables: dict[str, list[Any]], mm: mmap.mmap | None) -> dict[str, np.ndarray]:
     layout = ArrayLayout.from_doc(variables)
     return dict(zip((spec.name for spec in layout.specs), layout.views(mm)))
 
@@ -110,7 +110,7 @@ def worker_main() -> None:
     logging.basicConfig(level=logging.WARNING)
     sock = socket.socket(fileno=int(sys.argv[-1]))
     mms: dict[int, mmap.mmap] = {}
-    variables: list[dict[str, Any]] = []
+    variables: dict[str, list[Any]] = {"name": [], "dtype": [], "shape": [], "offset": []}
     views: dict[int, tuple[Any, dict[str, np.ndarray]]] = {}  # slot -> (variables, views)
     failed = False  # after a failed job, skip queued jobs until the owner says "C"
     wait_readable = readable_waiter(sock)  # not woken when the owner reads a reply
