@@ -12,6 +12,7 @@ import pytest
 
 import ckptsync as cs
 from ckptsync import checkpoint as ckpt
+from ckptsync.checkpoint._format import PACK_DATASET
 from ckptsync.errors import DataLossError, InvalidArgumentError
 
 # Three 3 MiB variables (9 MiB: past the small-layout fast path, several 1 MiB chunks
@@ -153,3 +154,20 @@ def test_a_tf_checkpoint_restores_in_place_and_a_damaged_one_changes_nothing(
         saver.restore(sess, prefix)
     after = sess.read_variables(list(SMALL))
     assert all(not after[k].any() for k in SMALL)
+
+
+def test_a_damaged_packed_variable_changes_no_variable(tmp_path: Path) -> None:
+    # More than 1,024 variables: the small ones are packed (format 2), the big one not.
+    shapes = {f"p{i:04d}/w": (3,) for i in range(1100)}
+    shapes["c/w"] = BIG["c/w"]
+    sess, vs, saver = _session(shapes, seed=7)
+    prefix = saver.save(sess, str(tmp_path / "model.ckpt"), global_step=1)
+    with h5py.File(prefix + ".h5", "r") as f:
+        assert PACK_DATASET in f
+    _flip_last_byte_of(prefix + ".h5", PACK_DATASET)
+    sess.write_variables({v.op.name: np.full(s, 2.0, np.float32)
+                          for v, s in zip(vs, shapes.values())}, copy=False)
+    with pytest.raises(DataLossError):
+        saver.restore(sess, prefix)
+    after = sess.read_variables([v.op.name for v in vs])
+    assert all((a == 2.0).all() for a in after.values())
