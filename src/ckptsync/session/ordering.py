@@ -72,46 +72,49 @@ def plan_fresh_reads(ordered: list[Operation], fed_ids: set[int],
     ``ordered`` (a plan's ops, in order) reads as a value after a write of that
     variable ordered before it; ops without such a read are left out."""
     var_of: dict[int, str] = dict(var_args or {})
-    for op in ordered:
+    defs = [get_op_def(op.type) for op in ordered]
+    for op, d in zip(ordered, defs):
         if op.outputs and id(op.outputs[0]) not in fed_ids:
             if op.type == "VariableV2":
                 var_of[id(op.outputs[0])] = op.name
-            else:
-                k = get_op_def(op.type).output_ref
-                if k is not None:  # an update's output: the variable (TF1's ref)
-                    var_of[id(op.outputs[0])] = op.inputs[k].op.name
-    if not var_of:
+            elif d.output_ref is not None:  # an update's output: the variable (TF1's ref)
+                var_of[id(op.outputs[0])] = op.inputs[d.output_ref].op.name
+    # Only variables read as values in the plan matter: the sets below stay that small
+    # (an initializer's thousands of assigns, read by nobody, track nothing).
+    read: set[str] = set()
+    for op, d in zip(ordered, defs):
+        for i, t in enumerate(op.inputs):
+            name = var_of.get(id(t))
+            if name is not None and i not in d.ref_inputs:
+                read.add(name)
+    if not read:
         return {}
-    # Only variables read as values matter: the sets below stay that small.
-    read = set(var_of.values())
     written_by: dict[int, frozenset[str]] = {}  # id(op) -> what is written once op ran
     fresh: dict[int, list[tuple[Tensor, str]]] = {}
-    for op in ordered:
+    for op, d in zip(ordered, defs):
         before = _NONE
-        for t in op.inputs:
-            if id(t) not in fed_ids:
-                before = _union(before, written_by.get(id(t.op), _NONE))
-        for c in op.control_inputs:
-            before = _union(before, written_by.get(id(c), _NONE))
+        if written_by:  # else nothing is written before op (most ops of a training step)
+            parts = [w for w in (written_by.get(id(t.op)) for t in op.inputs
+                                 if id(t) not in fed_ids) if w]
+            parts += [w for w in (written_by.get(id(c)) for c in op.control_inputs) if w]
+            # One pass over all parts (a group of N updates: O(N), not N growing copies).
+            if parts:
+                before = parts[0] if len(parts) == 1 else frozenset().union(*parts)
         if before:
-            refs = get_op_def(op.type).ref_inputs
             reads: list[tuple[Tensor, str]] = []
             for i, t in enumerate(op.inputs):
-                name = None if i in refs else var_of.get(id(t))
+                name = None if i in d.ref_inputs else var_of.get(id(t))
                 if name is not None and name in before and all(t is not r for r, _ in reads):
                     reads.append((t, name))
             if reads:
                 fresh[id(op)] = reads
-        done = _union(before, variables_written(op) & read)
-        if done:
-            written_by[id(op)] = done
+        if d.kind == "stateful":
+            mine = variables_written(op) & read
+            if mine and not mine <= before:
+                before = before | mine
+        if before:
+            written_by[id(op)] = before
     return fresh
-
-
-def _union(a: frozenset[str], b: frozenset[str]) -> frozenset[str]:
-    if not b or b <= a:
-        return a
-    return b if not a else a | b
 
 
 def fresh_read_step(out: int, name: str) -> Step:
