@@ -153,8 +153,11 @@ def demo(model_path: str | None, steps: int, save_every_steps: int, max_steps_pe
         body = {"instances": x.tolist()}
         click.echo(f"checkpoints: {ckpt_dir}\nmodel: {model}\nheld-out digits: {len(y)}")
         tb_dir, tb_flags = _summary_dirs(summary_dir, work)
-        if tb_dir:
+        if tb_dir and (keep or summary_dir):
             click.echo(f"tensorboard: tensorboard --logdir {tb_dir}")
+        elif tb_dir:  # in the work directory, which goes at exit
+            click.echo(f"tensorboard: summaries in {tb_dir}, removed at exit (keep them with "
+                       "--keep, or write them elsewhere with --summary-dir DIR)")
         server_log = open(os.path.join(work, "server.log"), "w")
         logs.append(server_log)
         trainer_log = open(os.path.join(work, "trainer.log"), "w")

@@ -143,12 +143,35 @@ def load_python_file(path: str | os.PathLike[str], what: str,
     module = importlib.util.module_from_spec(spec)
     try:
         sys.modules[name] = module
-        with directory_on_path(p):
+        with directory_on_path(p), _own_argv(p):
             spec.loader.exec_module(module)
+        _parse_file_flags(p)
     except (Exception, SystemExit) as e:  # noqa: BLE001 - a user's file may raise anything
         sys.modules.pop(name, None)
         raise error(f"{what} {p} failed to import: {type(e).__name__}: {e}") from e
     return module
+
+
+@contextlib.contextmanager
+def _own_argv(path: str) -> Iterator[None]:
+    """``sys.argv`` is ``[path]`` meanwhile: the host's command line (``trainer run
+    --model ...``) is not the file's, so a ``tf.app.flags.FLAGS.x`` read at import (which
+    parses ``sys.argv`` as TF's) sees no flags it does not know."""
+    saved = sys.argv
+    sys.argv = [path]
+    try:
+        yield
+    finally:
+        sys.argv = saved
+
+
+def _parse_file_flags(path: str) -> None:
+    """A file that defines ``tf.app.flags`` is run without its ``tf.app.run``: its flags
+    are parsed now from ``[path]`` (they keep their defaults), so a read later (in
+    ``model_fn``) does not parse the host's command line and fail on its flags."""
+    flags = sys.modules.get("ckptsync.flags")
+    if flags is not None and not flags.FLAGS.is_parsed():
+        flags.FLAGS([path])
 
 
 def load_build_net(path: str | os.PathLike[str]) -> Callable[..., ModelSpec]:

@@ -80,6 +80,8 @@ def test_demo_command_exits_zero_with_rising_accuracy(tmp_path):
         env=env(), capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "served version" in r.stdout
+    # Without --keep the summaries go with the work directory: no command to open them.
+    assert "tensorboard --logdir" not in r.stdout and "removed at exit" in r.stdout
     line = next(ln for ln in r.stdout.splitlines() if ln.startswith("served accuracy"))
     first, last = (float(t) for t in line.split("first ")[1].split(" (")[0].split(" -> last "))
     assert last > first and last >= 0.9

@@ -249,3 +249,22 @@ def test_a_broken_state_file_is_reported_once_not_every_rescan(tmp_path, caplog)
         time.sleep(0.3)
         assert source.last.latest.version == 1  # "nostep" has no file: not offered
         assert "nostep" not in caplog.text
+
+
+def test_tensorboard_event_files_are_never_versions_and_cost_no_rescan(tmp_path, monkeypatch):
+    """MonitoredTrainingSession without ``summary_dir`` writes its event files into the
+    checkpoint directory (as TF1's): the source neither offers them nor rescans for them;
+    a publish after them is still seen."""
+    rec = Recorder()
+    publish(tmp_path, 1)
+    with CheckpointSource(tmp_path, rec, rescan_interval_s=60.0) as source:
+        assert rec.next().latest.version == 1
+        scans = []
+        real_scan = source._scan
+        monkeypatch.setattr(source, "_scan", lambda: scans.append(1) or real_scan())
+        for i in range(3):
+            (tmp_path / f"events.out.tfevents.{i}.host").write_bytes(b"event")
+        publish(tmp_path, 2)
+        assert rec.latest_version(want=2) == 2
+        assert [a.version for a in source.last.available] == [1, 2]
+        assert len(scans) == 1

@@ -97,3 +97,32 @@ def test_a_configured_root_logger_is_left_alone():
                        timeout=60, stdin=subprocess.DEVNULL)
     assert r.returncode == 0, r.stderr
     assert (r.stdout, r.stderr) == ("tensorflow|once\n", "")
+
+
+@pytest.mark.timeout(120)
+def test_the_hooks_of_a_monitored_training_session_log_at_info_as_tf1(tmp_path):
+    """TF1's CheckpointSaverHook ("Saving checkpoints for N into ..."), StepCounterHook
+    ("global_step/sec: X") and LoggingTensorHook ("loss = ..., step = ...") log at INFO:
+    ``set_verbosity(INFO)`` shows them."""
+    program = textwrap.dedent(f'''
+        import ckptsync as tf
+        tf.logging.set_verbosity(tf.logging.INFO)
+        x = tf.get_variable("x", initializer=3.0)
+        loss = tf.square(x)
+        gs = tf.train.get_or_create_global_step()
+        train = tf.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=gs)
+        hook = tf.train.LoggingTensorHook({{"loss": loss, "step": gs}}, every_n_iter=2)
+        with tf.train.MonitoredTrainingSession(checkpoint_dir={str(tmp_path)!r},
+                                               save_checkpoint_steps=2, hooks=[hook],
+                                               log_step_count_steps=2) as sess:
+            for _ in range(4):
+                sess.run(train)
+    ''')
+    r = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                       timeout=90, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.splitlines()
+    assert f"INFO:ckptsync.train:Saving checkpoints for 0 into {tmp_path}/model.ckpt." in lines
+    assert f"INFO:ckptsync.train:Saving checkpoints for 4 into {tmp_path}/model.ckpt." in lines
+    assert any(line.startswith("INFO:ckptsync.train:global_step/sec: ") for line in lines), lines
+    assert any(line.startswith("INFO:ckptsync.train:loss = 9.0, step = 0") for line in lines), lines

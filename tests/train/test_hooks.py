@@ -77,7 +77,7 @@ def test_hook_call_order_and_results_mirror_fetches():
     res = a.results[0]
     assert set(res) == {"s", "pair"} and int(res["s"]) == 0 and isinstance(res["pair"], list)
     assert b.results == [None]
-    assert not g.finalized, "the graph is un-finalized when the session closes"
+    assert g.finalized, "the graph stays finalized after the session closes, as TF1's"
 
 
 def test_feed_conflicts_and_user_feed_not_mutated():

@@ -81,6 +81,21 @@ def test_monitored_training_session_summary_dir(tmp_path):
     assert not list((tmp_path / "ckpt").glob("events.out.tfevents.*"))
 
 
+def test_monitored_training_session_without_summary_dir_writes_to_checkpoint_dir(tmp_path):
+    """As TF1: ``summary_dir`` None falls back to ``checkpoint_dir`` (summaries and
+    ``global_step/sec``)."""
+    gs, train = _model()
+    ckpt = tmp_path / "ckpt"
+    with tf.train.MonitoredTrainingSession(checkpoint_dir=str(ckpt), save_summaries_steps=5,
+                                           log_step_count_steps=5,
+                                           save_checkpoint_secs=None) as sess:
+        for _ in range(11):
+            sess.run(train)
+    acc, steps = _scalars(ckpt)
+    assert steps == [1, 6, 11]
+    assert [e.step for e in acc.Scalars("global_step/sec")] == [6, 11]
+
+
 def test_step_counter_hook_writes_global_step_per_sec(tmp_path):
     """As TF1: first trigger at step 1 (no figure yet), then at 3, 5, 7."""
     gs, train = _model()

@@ -102,7 +102,9 @@ class LoopHook(SessionRunHook):
 
     After the run, ``loss`` (the last step's), ``steps_run``, ``accuracy`` (None unless
     a classifier), ``eval_loss`` (held-out), ``eval_metrics`` (a model_fn's) and
-    ``start_step`` (the global step the session started at) describe it.
+    ``start_step`` (the global step the session started at) describe it;
+    ``evaluated_at_end`` says whether ``end`` evaluated (not when the last step's
+    ``--eval-every`` evaluation already had these figures).
     """
 
     def __init__(self, opts: TrainerOptions, loss: Any, evaluate: Callable[[Any], Evaluation],
@@ -115,6 +117,9 @@ class LoopHook(SessionRunHook):
         self.accuracy: float | None = None
         self.eval_loss: float | None = None
         self.eval_metrics: Mapping[str, Any] = {}
+        self.evaluated_at_end = False
+        self._step: int | None = None  # the global step after the last run
+        self._eval_step: int | None = None  # the global step of the last evaluation
         self._t0 = time.perf_counter()
         self._window: list[float] = []
 
@@ -131,6 +136,7 @@ class LoopHook(SessionRunHook):
     def after_run(self, run_context: SessionRunContext, run_values: SessionRunValues) -> None:
         self.loss = float(run_values.results["loss"])
         step = int(run_values.results["step"]) + 1
+        self._step = step
         self.steps_run += 1
         now = time.perf_counter()
         self._window.append(now)
@@ -141,6 +147,7 @@ class LoopHook(SessionRunHook):
         ev = None
         if self._opts.eval_every and step % self._opts.eval_every == 0:
             ev = self._record(self._evaluate(run_context.session))
+            self._eval_step = step
         if self._on_progress:
             hook = self._saver_hook
             self._on_progress(Progress(
@@ -159,7 +166,10 @@ class LoopHook(SessionRunHook):
         return ev
 
     def end(self, session: Any) -> None:
+        if self._step is not None and self._eval_step == self._step:
+            return  # the last step was evaluated (--eval-every divides it): same figures
         self._record(self._evaluate(session))
+        self.evaluated_at_end = True
 
 
 class PreflightHook(SessionRunHook):

@@ -161,7 +161,7 @@ def run_training(opts: TrainerOptions, on_progress: Callable[[Progress], None] |
                 while not sess.should_stop() and loop.start_step < opts.steps:
                     batch = par.shard(next(iterator))
                     sess.run(train_op, feed_dict={feeds[k]: v for k, v in batch.items()})
-            if tb:  # the held-out figures of the end (LoopHook.end)
+            if tb and loop.evaluated_at_end:  # the held-out figures of the end (LoopHook.end)
                 tb.held_out(saver_hook.last_saved_step or 0, loop.eval_loss, loop.accuracy,
                             loop.eval_metrics)
         finally:

@@ -8,6 +8,7 @@ What it watches::
       model.ckpt-1200.h5                  version 1200 (named by the state file)
       model.ckpt-1100.h5                  version 1100
       .model.ckpt-1300.h5.tmp-<pid>-<n>   being written: never read, its events ignored
+      events.out.tfevents.*               TensorBoard's (summaries): its events ignored
 
 File events are hints, never truth: each event (created, closed after writing, moved —
 by its destination path — or deleted) only triggers a rescan of the state file; a timer
@@ -66,6 +67,7 @@ logger = logging.getLogger(__name__)
 
 _STEP_RE = re.compile(r"-(\d+)$")
 _TEMP_RE = re.compile(r"^\..*\.tmp-\d+-\d+$")
+_EVENTS_PREFIX = "events.out.tfevents."
 
 
 def parse_version(prefix: str) -> int | None:
@@ -250,6 +252,8 @@ class CheckpointSource:
         name = os.path.basename(os.fsdecode(path))
         if _TEMP_RE.match(name):
             return  # a temp file being written: its rename (by dest path) will tell us
+        if name.startswith(_EVENTS_PREFIX):
+            return  # TensorBoard's (MonitoredTrainingSession's summaries): never a version
         if name.endswith(".h5"):
             if event.event_type != "deleted":
                 return  # a new data file counts once the state file names it (its rename)

@@ -196,7 +196,7 @@ class CheckpointSaverHook(SessionRunHook):
         return savers[0]
 
     def _save(self, session: Any, step: int) -> bool:
-        log.debug("Saving checkpoints for %d into %s.", step, self._save_path)
+        log.info("Saving checkpoints for %d into %s.", step, self._save_path)
         for lst in self._listeners:
             lst.before_save(session, step)
         extra = {"metadata": self._metadata_fn()} if self._metadata_fn else {}
@@ -385,7 +385,7 @@ class StepCounterHook(SessionRunHook):
             if secs is not None and steps is not None and secs > 0:
                 self.steps_per_sec = steps / secs
                 tag = f"{self._global_step_tensor.op.name}/sec"
-                log.debug("%s: %g", tag, self.steps_per_sec)
+                log.info("%s: %g", tag, self.steps_per_sec)
                 if self._writer is not None:
                     cls = _summary.Summary
                     self._writer.add_summary(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
 from .. import checkpoint as ckpt
@@ -86,10 +87,11 @@ class Scaffold:
         if self._finalized:
             return self
         g = get_default_graph()
-        if self._init_op is None:
-            self._init_op = global_variables_initializer()
+        if self._init_op is None:  # kept in INIT_OP, as TF1's: a finalized graph reuses it
+            self._init_op = _get_or_default(g, GraphKeys.INIT_OP, global_variables_initializer)
         if self._local_init_op is None:
-            self._local_init_op = local_variables_initializer()
+            self._local_init_op = _get_or_default(g, GraphKeys.LOCAL_INIT_OP,
+                                                  local_variables_initializer)
         if self._summary_op is None:
             found = g.get_collection(GraphKeys.SUMMARY_OP)
             if len(found) > 1:
@@ -114,6 +116,23 @@ class Scaffold:
         g.finalize()
         self._finalized = True
         return self
+
+
+def _get_or_default(g: Any, key: str, default: Callable[[], Any]) -> Any:
+    """The one op in collection ``key``, else ``default()`` added there (TF1's
+    ``Scaffold.get_or_default``), so a second session on the finalized graph makes none.
+
+    Raises:
+        RuntimeError: more than one item in the collection.
+    """
+    found = g.get_collection(key)
+    if len(found) > 1:
+        raise CkptsyncRuntimeError(f"More than one item in the collection \"{key}\".")
+    if found:
+        return found[0]
+    op = default()
+    g.add_to_collection(key, op)
+    return op
 
 
 class ChiefSessionCreator:
@@ -175,7 +194,6 @@ class _MonitoredSessionBase:
     def __init__(self, session_creator: Any, hooks: list[SessionRunHook] | None,
                  should_recover: bool):
         self._graph: Graph = get_default_graph()
-        self._graph_was_finalized = self._graph.finalized
         self._hooks = list(hooks or [])
         self._creator = session_creator or ChiefSessionCreator()
         self._recover = should_recover
@@ -287,9 +305,7 @@ class _MonitoredSessionBase:
                     h.end(self._sess)
         finally:
             self._close_raw()
-            self._closed = True
-            if not self._graph_was_finalized:
-                self._graph._unsafe_unfinalize()
+            self._closed = True  # the graph stays finalized, as TF1's
 
     def __enter__(self) -> Any:
         return self
@@ -341,10 +357,10 @@ def MonitoredTrainingSession(  # noqa: N802 - TF's name
     ``summary_dir`` and a positive summary frequency), a ``CheckpointSaverHook`` (when
     ``checkpoint_dir`` and a positive save frequency), then ``hooks``. Checkpoint frequency
     defaults to 600 s only when neither ``save_checkpoint_secs`` nor
-    ``save_checkpoint_steps`` is given; summaries to every 100 steps likewise. Unlike
-    TF1, summaries are written only where ``summary_dir`` is given (TF1 falls back to
-    ``checkpoint_dir``: here that directory is the serving side's and stays checkpoints
-    only).
+    ``save_checkpoint_steps`` is given; summaries to every 100 steps likewise. Summaries
+    and ``global_step/sec`` go to ``summary_dir``, or to ``checkpoint_dir`` when
+    ``summary_dir`` is None, as TF1's (the server's checkpoint source ignores the
+    ``events.out.tfevents.*`` files there).
 
     Raises:
         ValueError: both ``save_checkpoint_secs`` and ``save_checkpoint_steps`` given.
@@ -368,7 +384,8 @@ def MonitoredTrainingSession(  # noqa: N802 - TF's name
         return MonitoredSession(creator, hooks=list(hooks or []),
                                 stop_grace_period_secs=stop_grace_period_secs)
     all_hooks.extend(chief_only_hooks or [])
-    if log_step_count_steps and log_step_count_steps > 0 and (summary_dir or checkpoint_dir):
+    summary_dir = summary_dir or checkpoint_dir  # as TF1's
+    if log_step_count_steps and log_step_count_steps > 0 and summary_dir:
         all_hooks.append(StepCounterHook(every_n_steps=log_step_count_steps,
                                          output_dir=summary_dir))
     if summary_dir and ((save_summaries_steps and save_summaries_steps > 0)
