@@ -15,6 +15,8 @@ and scaffolds are checked by what they have (a ``SessionRunHook``'s methods, a
 from __future__ import annotations
 
 import collections
+import functools
+import inspect
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,7 +29,8 @@ from .tensor_shape import TensorShape
 from .variables import Variable
 
 __all__ = ["EstimatorSpec", "ExportOutput", "PredictOutput", "ClassificationOutput",
-           "RegressionOutput", "DEFAULT_SERVING_SIGNATURE_DEF_KEY"]
+           "RegressionOutput", "DEFAULT_SERVING_SIGNATURE_DEF_KEY", "MODE_NEEDS", "fn_args",
+           "missing_for_mode"]
 
 #: The signature a single export output is served under, as TF's ``signature_constants``.
 DEFAULT_SERVING_SIGNATURE_DEF_KEY = "serving_default"
@@ -216,6 +219,35 @@ def _get_export_outputs(export_outputs: Any, predictions: Any) -> dict[str, Expo
             "default. Use`tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY` to specify a "
             "default.")
     return export_outputs
+
+
+#: What the EstimatorSpec of each mode must hold, as TF's Estimator requires.
+MODE_NEEDS: dict[str, tuple[str, ...]] = {
+    ModeKeys.TRAIN: ("loss", "train_op"), ModeKeys.EVAL: ("loss",),
+    ModeKeys.PREDICT: ("predictions",)}
+
+
+def fn_args(fn: Any) -> tuple[str, ...]:
+    """The argument names of ``fn``, as TF's ``function_utils.fn_args``: through
+    ``functools.partial`` (less the arguments it binds) and a callable object's
+    ``__call__`` (less ``self``); ``*args``/``**kwargs`` are not names.
+
+    Raises:
+        TypeError, ValueError: ``fn`` has no signature ``inspect`` can read (a builtin).
+    """
+    if isinstance(fn, functools.partial):
+        bound = set(fn.keywords or {})
+        return tuple(a for a in fn_args(fn.func)[len(fn.args):] if a not in bound)
+    params = inspect.signature(fn).parameters.values()  # a bound method's less self
+    return tuple(p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
+
+
+def missing_for_mode(spec: Any, mode: str) -> list[str]:
+    """The fields of ``MODE_NEEDS[mode]`` that ``spec`` lacks (None, or empty
+    ``predictions``), e.g. ``["train_op"]`` for an EVAL spec used in TRAIN."""
+    return [f for f in MODE_NEEDS[mode] if getattr(spec, f) is None
+            or (f == "predictions" and isinstance(spec.predictions, Mapping)
+                and not spec.predictions)]
 
 
 # ------------------------------------------------------------------ export outputs

@@ -34,8 +34,6 @@ A file defining both ``build_net`` and ``model_fn`` is run through ``build_net``
 
 from __future__ import annotations
 
-import functools
-import inspect
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -47,7 +45,7 @@ from . import dtypes as _dtypes
 from .errors import CkptsyncError
 from .graph import GraphKeys, Tensor
 from .initializers import zeros_initializer
-from .model_fn import EstimatorSpec
+from .model_fn import MODE_NEEDS, EstimatorSpec, fn_args, missing_for_mode
 from .model_spec import (
     MODEL_FN_SIGNATURE,
     ModeKeys,
@@ -59,7 +57,7 @@ from .ops.array_ops import placeholder
 from .variable_scope import get_variable
 
 __all__ = ["MODEL_FN_SIGNATURE", "SERVING_FN_SIGNATURE", "DataSignature", "ModelFnNet",
-           "model_fn_args", "model_fn_net"]
+           "model_fn_net"]
 
 SERVING_FN_SIGNATURE = ("serving_input_receiver_fn() -> "
                         "tf.estimator.export.ServingInputReceiver(features, receiver_tensors)")
@@ -94,19 +92,6 @@ class DataSignature:
         return f"{self.source}: features {one(self.features)}, labels {one(self.labels)}"
 
 
-def model_fn_args(fn: Callable[..., Any]) -> tuple[str, ...]:
-    """The argument names of ``fn``, as TF's ``function_utils.fn_args``: through
-    ``functools.partial`` (less the arguments it binds) and a callable object's
-    ``__call__`` (less ``self``)."""
-    if isinstance(fn, functools.partial):
-        bound = set(fn.keywords or {})
-        args = model_fn_args(fn.func)[len(fn.args):]
-        return tuple(a for a in args if a not in bound)
-    params = inspect.signature(fn).parameters.values()  # a bound method's less self
-    return tuple(p.name for p in params
-                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
-
-
 class ModelFnNet:
     """``build_net(graph, device, mode) -> ModelSpec`` over a file's ``model_fn`` (see the
     module docstring). Built by :func:`model_fn_net`; called as every ``build_net``.
@@ -135,7 +120,7 @@ class ModelFnNet:
         self.model_fn = model_fn
         self.params = dict(params)
         self.serving_input_receiver_fn = serving_input_receiver_fn
-        self.args = model_fn_args(model_fn)
+        self.args = fn_args(model_fn)
 
     def __repr__(self) -> str:
         return f"ModelFnNet({self.path!r})"
@@ -232,16 +217,12 @@ class ModelFnNet:
             raise ModelFileError(
                 f"model_fn in {self.path} returned {_short(spec)} in {name} mode; expected a "
                 f"tf.estimator.EstimatorSpec ({MODEL_FN_SIGNATURE}).")
-        need = {ModeKeys.TRAIN: ("loss", "train_op"), ModeKeys.EVAL: ("loss",),
-                ModeKeys.PREDICT: ("predictions",)}[mode]
-        missing = [n for n in need if getattr(spec, n) is None
-                   or (n == "predictions" and isinstance(spec.predictions, Mapping)
-                       and not spec.predictions)]
+        missing = missing_for_mode(spec, mode)
         if missing:
             raise ModelFileError(
                 f"model_fn in {self.path} returned an EstimatorSpec without "
                 f"{' and '.join(missing)} in {name} mode; expected EstimatorSpec(mode, "
-                f"{', '.join(f'{n}=...' for n in need)}).")
+                f"{', '.join(f'{n}=...' for n in MODE_NEEDS[mode])}).")
         return spec
 
     def _model_spec(self, spec: EstimatorSpec, mode: str, name: str, inputs: dict[str, Any],
@@ -320,7 +301,7 @@ def model_fn_net(module: Any, path: str) -> ModelFnNet:
     if not callable(fn):
         raise ModelFileError(f"Model file {p} defines no callable {MODEL_FN_SIGNATURE}.")
     try:
-        args = model_fn_args(fn)
+        args = fn_args(fn)
     except (TypeError, ValueError):  # a builtin or C callable: no signature to check
         raise ModelFileError(f"model_fn in {p} has no inspectable signature; expected "
                              f"{MODEL_FN_SIGNATURE}.") from None

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import ckptsync as tf
-from ckptsync.model_fn_file import DataSignature, ModelFnNet, model_fn_args
+from ckptsync.model_fn import fn_args
+from ckptsync.model_fn_file import DataSignature, ModelFnNet
 from ckptsync.model_spec import ModelFileError, load_build_net
 
 DATA = DataSignature({"x": (np.dtype(np.float32), (4,))}, {"y": (np.dtype(np.int64), ())},
@@ -97,10 +98,10 @@ def test_arguments_are_matched_by_name_as_tfs_fn_args():
         def __call__(self, features, mode):
             pass
 
-    assert model_fn_args(f) == ("features", "labels", "mode", "params")
-    assert model_fn_args(functools.partial(f, params={})) == ("features", "labels", "mode")
-    assert model_fn_args(functools.partial(f, 1)) == ("labels", "mode", "params")
-    assert model_fn_args(Callable_()) == ("features", "mode")
+    assert fn_args(f) == ("features", "labels", "mode", "params")
+    assert fn_args(functools.partial(f, params={})) == ("features", "labels", "mode")
+    assert fn_args(functools.partial(f, 1)) == ("labels", "mode", "params")
+    assert fn_args(Callable_()) == ("features", "mode")
 
 
 @pytest.mark.parametrize("source, message", [

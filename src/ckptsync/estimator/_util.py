@@ -5,8 +5,6 @@ dict written as a summary."""
 
 from __future__ import annotations
 
-import functools
-import inspect
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -16,8 +14,7 @@ import numpy as np
 from .. import summary as _summary
 from ..data import Dataset, make_initializable_iterator
 from ..errors import CkptsyncTypeError, CkptsyncValueError
-from ..model_fn import EstimatorSpec
-from ..model_spec import ModeKeys
+from ..model_fn import EstimatorSpec, fn_args, missing_for_mode
 from ..train import CheckpointSaverListener, SessionRunHook
 
 log = logging.getLogger("ckptsync.estimator")
@@ -25,21 +22,6 @@ log = logging.getLogger("ckptsync.estimator")
 #: ``model_fn`` arguments the Estimator knows, as TF's ``_VALID_MODEL_FN_ARGS``.
 VALID_MODEL_FN_ARGS = frozenset(["features", "labels", "mode", "params", "self", "config"])
 LOSS_METRIC_KEY = "loss"
-
-
-def fn_args(fn: Callable[..., Any]) -> tuple[str, ...]:
-    """The names ``fn`` takes, as TF's ``function_utils.fn_args``: a
-    ``functools.partial``'s bound names removed, a callable object's ``__call__``."""
-    if isinstance(fn, functools.partial):
-        names = fn_args(fn.func)
-        bound = len(fn.args)
-        return tuple(n for n in names[bound:] if n not in (fn.keywords or {}))
-    try:  # a callable object's signature is its __call__'s, without self
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return ()
-    return tuple(p.name for p in params
-                 if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
 
 
 def describe(fn: Any) -> str:
@@ -136,10 +118,6 @@ def verify_model_fn_args(model_fn: Any, params: Any) -> None:
             f"model_fn ({model_fn}) has following not expected args: {unexpected}")
 
 
-_NEEDS = {ModeKeys.TRAIN: ("loss", "train_op"), ModeKeys.EVAL: ("loss",),
-          ModeKeys.PREDICT: ("predictions",)}
-
-
 def call_model_fn(model_fn: Any, features: Any, labels: Any, mode: str, params: Any,
                   config: Any) -> EstimatorSpec:
     """``model_fn`` called with what it takes by name, as TF's ``_call_model_fn``.
@@ -164,9 +142,7 @@ def call_model_fn(model_fn: Any, features: Any, labels: Any, mode: str, params: 
         raise CkptsyncValueError(
             f"model_fn should return an EstimatorSpec. {describe(model_fn)} returned "
             f"{type(spec).__name__}: {spec!r:.200}")
-    missing = [f for f in _NEEDS[mode] if getattr(spec, f) is None
-               or (f == "predictions" and isinstance(spec.predictions, dict)
-                   and not spec.predictions)]
+    missing = missing_for_mode(spec, mode)
     if missing:
         raise CkptsyncValueError(
             f"model_fn {describe(model_fn)} was called with mode={mode!r} and returned an "
