@@ -54,6 +54,7 @@ from .dtypes import (  # noqa: F401
     uint32,
     uint64,
 )
+from .errors import OpError  # noqa: F401 - tf.OpError, as TF1's
 from .gradients import gradients  # noqa: F401
 from .graph import (  # noqa: F401
     Graph,

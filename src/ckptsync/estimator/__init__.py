@@ -21,10 +21,34 @@ Example:
 
 from ..model_fn import EstimatorSpec  # noqa: F401
 from ..model_spec import ModeKeys  # noqa: F401
-from . import export, inputs  # noqa: F401
+from ..train import (  # noqa: F401 - TF 1.15's tf.estimator has the hooks too
+    CheckpointSaverHook,
+    CheckpointSaverListener,
+    FeedFnHook,
+    FinalOpsHook,
+    GlobalStepWaiterHook,
+    LoggingTensorHook,
+    NanTensorHook,
+    SessionRunArgs,
+    SessionRunContext,
+    SessionRunHook,
+    SessionRunValues,
+    StepCounterHook,
+    StopAtStepHook,
+    SummarySaverHook,
+)
+from . import (  # noqa: F401
+    experimental,
+    export,
+    inputs,
+)
 from .estimator import Estimator, WarmStartSettings  # noqa: F401
 from .run_config import RunConfig  # noqa: F401
 from .training import EvalSpec, Exporter, TrainSpec, train_and_evaluate  # noqa: F401
 
 __all__ = ["Estimator", "EstimatorSpec", "EvalSpec", "Exporter", "ModeKeys", "RunConfig",
-           "TrainSpec", "WarmStartSettings", "export", "inputs", "train_and_evaluate"]
+           "TrainSpec", "WarmStartSettings", "export", "inputs", "train_and_evaluate",
+           "CheckpointSaverHook", "CheckpointSaverListener", "FeedFnHook", "FinalOpsHook",
+           "GlobalStepWaiterHook", "LoggingTensorHook", "NanTensorHook", "SessionRunArgs",
+           "SessionRunContext", "SessionRunHook", "SessionRunValues", "StepCounterHook",
+           "StopAtStepHook", "SummarySaverHook", "experimental"]

@@ -94,7 +94,7 @@ def _truncated_kernel(ctx: Any, op: Operation, shape: Any = None) -> np.ndarray:
 
 def _random(op_type: str, shape: Any, dtype: Any, seed: int | None, name: str | None,
             **attrs: Any) -> Tensor:
-    dt = _float_dtype(dtype)
+    dt = _dtypes.as_dtype(dtype) if op_type == "RandomUniformInt" else _float_dtype(dtype)
     if (isinstance(shape, Tensor) or hasattr(shape, "_as_graph_element")
             or isinstance(shape, (list, tuple)) and has_tensor(shape)):
         return _random_shaped(op_type, shape, dt, seed, name, attrs)
@@ -115,12 +115,35 @@ def _random_shaped(op_type: str, shape: Any, dt: _dtypes.DType, seed: int | None
                   attrs={"shape": None, "dtype": dt, "seed": s1, "seed2": s2, **attrs})
 
 
-def random_uniform(shape: Any, minval: float = 0.0, maxval: float = 1.0,
+@register("RandomUniformInt", kind="stateful", not_differentiable=True)
+def _uniform_int_kernel(ctx: Any, op: Operation, shape: Any = None) -> np.ndarray:
+    a = op.attrs
+    if a["minval"] >= a["maxval"]:
+        raise InvalidArgumentError(None, op, f"Need minval < maxval: {a['minval']} >= "
+                                   f"{a['maxval']}")
+    return ctx.rng(op).integers(a["minval"], a["maxval"], _run_shape(op, shape),
+                                dtype=a["dtype"].np)
+
+
+def random_uniform(shape: Any, minval: float = 0, maxval: float | None = None,
                    dtype: Any = _dtypes.float32, seed: int | None = None,
                    name: str | None = None) -> Tensor:
-    """Uniform values in ``[minval, maxval)``, as ``tf.random_uniform``."""
-    return _random("RandomUniform", shape, dtype, seed, name, minval=float(minval),
-                   maxval=float(maxval))
+    """Uniform values in ``[minval, maxval)``, as ``tf.random_uniform``: ``shape`` of
+    ``dtype`` float16/32/64 (``maxval`` defaults to 1) or int32/int64 (op
+    ``RandomUniformInt``; ``maxval`` required, as TF's).
+
+    Raises:
+        ValueError: another dtype, or an integer one without ``maxval``.
+        InvalidArgumentError: (at run) an integer range with ``minval >= maxval``.
+    """
+    dt = _dtypes.as_dtype(dtype)
+    if dt.is_integer and dt in (_dtypes.int32, _dtypes.int64):
+        if maxval is None:
+            raise CkptsyncValueError(f"Must specify maxval for integer dtype {dt!r}")
+        return _random("RandomUniformInt", shape, dt, seed, name, minval=int(minval),
+                       maxval=int(maxval))
+    return _random("RandomUniform", shape, dt, seed, name, minval=float(minval),
+                   maxval=1.0 if maxval is None else float(maxval))
 
 
 def random_normal(shape: Any, mean: float = 0.0, stddev: float = 1.0,

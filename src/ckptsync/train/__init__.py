@@ -16,6 +16,7 @@ from ..checkpoint import (  # noqa: F401
     remove_checkpoint,
     update_checkpoint_state,
 )
+from ..summary.summary_iterator import summary_iterator  # noqa: F401
 from . import basic_session_run_hooks, session_run_hook  # noqa: F401
 from .adaptive_optimizers import (  # noqa: F401
     AdadeltaOptimizer,
@@ -36,6 +37,7 @@ from .basic_hooks import (  # noqa: F401
 )
 from .broadcast import broadcast_global_variables  # noqa: F401
 from .checkpoint_utils import init_from_checkpoint  # noqa: F401
+from .feed_hooks import FeedFnHook, GlobalStepWaiterHook  # noqa: F401
 from .learning_rate_decay import (  # noqa: F401
     cosine_decay,
     cosine_decay_restarts,

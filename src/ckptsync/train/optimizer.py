@@ -179,6 +179,8 @@ class Optimizer:
         ValueError: no variables to optimize, or no gradient for any of them.
     """
 
+    GATE_NONE, GATE_OP, GATE_GRAPH = 0, 1, 2  # gate_gradients values, as TF1's
+
     def __init__(self, use_locking: bool, name: str):
         if not name:
             raise CkptsyncValueError("Must specify the optimizer name")
