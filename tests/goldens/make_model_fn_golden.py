@@ -19,12 +19,13 @@ import json
 import os
 import pathlib
 import types
+from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import tensorflow.compat.v1 as tf  # noqa: E402
-
-tf.disable_v2_behavior()
+#: ``tensorflow.compat.v1``, imported by :func:`main` only: the suite imports this module
+#: (``--doctest-modules``) where TensorFlow is not installed.
+tf: Any = None
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "digits_estimator.py"
@@ -46,6 +47,10 @@ def variables(collection: str) -> list[list]:
 
 
 def main() -> None:
+    global tf
+    import tensorflow.compat.v1 as tf  # noqa: PLC0415 - see the module global
+
+    tf.disable_v2_behavior()
     m = load_example()
     modes = {}
     for name, mode in (("train", tf.estimator.ModeKeys.TRAIN),
