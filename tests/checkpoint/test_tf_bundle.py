@@ -348,6 +348,33 @@ def test_string_tensors_are_refused_clearly(tmp_path: Path) -> None:
             reader.get_tensor("name")
 
 
+def _one_entry_bundle(tmp_path: Path, name: str, dtype: int) -> Path:
+    header = BundleHeaderProto(num_shards=1)
+    header.version.producer = 1
+    entry = BundleEntryProto(dtype=dtype, size=2)
+    entry.shape.dim.add(size=1)
+    table = _sstable.build_table([(b"", header.SerializeToString()),
+                                  (name.encode(), entry.SerializeToString())])
+    (tmp_path / "b.index").write_bytes(table)
+    (tmp_path / "b.data-00000-of-00001").write_bytes(b"\0\0")
+    return tmp_path / "b"
+
+
+def test_a_valid_but_unsupported_dtype_is_unimplemented_not_corrupt(tmp_path: Path) -> None:
+    prefix = _one_entry_bundle(tmp_path, "bf16", 14)  # DT_BFLOAT16, as TF writes it
+    with pytest.raises(UnimplementedError,
+                       match=f"unsupported dtype bfloat16 for tensor 'bf16' in .*{prefix.name}"
+                       ) as info:
+        ckpt.NewCheckpointReader(str(prefix))
+    assert "corrupt" not in str(info.value)
+    result = CliRunner().invoke(main, ["inspect", str(prefix)], prog_name="ckptsync")
+    assert result.exit_code == 1 and "unsupported dtype bfloat16" in result.stderr
+    assert "corrupt" not in result.stderr and "Traceback" not in result.output
+    # an enum value TF has no type for is damage: still DataLossError
+    with pytest.raises(DataLossError, match="is corrupt: tensor 'bf16': invalid dtype 99"):
+        ckpt.NewCheckpointReader(str(_one_entry_bundle(tmp_path, "bf16", 99)))
+
+
 if __name__ == "__main__":  # regenerate tf_fixtures/ours (then run make_fixtures.py read-ours)
     OURS.mkdir(exist_ok=True)
     print(make_ours(OURS), file=sys.stderr)

@@ -184,6 +184,25 @@ def test_predict_is_a_generator_and_checks_its_keys(tmp_path):
         next(est.predict(lambda: {"x": tf.constant(X)}, predict_keys=["z"]))
 
 
+def test_predict_of_a_scalar_prediction_names_it_instead_of_a_bare_index_error(tmp_path):
+    def scalar_fn(features, labels, mode):
+        y = tf.reduce_sum(features["x"], axis=1)
+        return tf.estimator.EstimatorSpec(mode, predictions={"y": y, "s": tf.constant(1.0)})
+
+    est = tf.estimator.Estimator(scalar_fn, model_dir=str(tmp_path / "s"))
+
+    def data():
+        return tf.data.Dataset.from_tensor_slices({"x": X}).batch(4)
+
+    # TF 2.15 raises a bare IndexError (shape[0] of a 0-d array); ours is also an IndexError
+    with pytest.raises(IndexError, match=r"Prediction 's' is a scalar \(rank 0"):
+        next(est.predict(data, predict_keys=["s"]))
+    with pytest.raises(ValueError, match="yield_single_examples=False"):
+        next(est.predict(data))
+    batch = next(est.predict(data, predict_keys=["s"], yield_single_examples=False))
+    assert batch == {"s": 1.0}
+
+
 def test_train_refuses_an_evaluator_config_and_subclasses_may_not_override(tmp_path, monkeypatch):
     monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"chief": ["h:1"]},
                                                 "task": {"type": "evaluator", "index": 0}}))

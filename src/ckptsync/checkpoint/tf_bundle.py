@@ -220,7 +220,11 @@ class TFBundleReader:
         shape = tuple(int(d.size) for d in proto.shape.dim)
         dtype = _NP_OF_DT.get(proto.dtype)
         if dtype is None and proto.dtype != _STRING:
-            raise self._loss(f"unsupported dtype {_DT_NAME.get(proto.dtype, proto.dtype)}", name)
+            known = _DT_NAME.get(proto.dtype)
+            if known is None or proto.dtype == DATA_TYPES["DT_INVALID"]:  # damage, not a type
+                raise self._loss(f"invalid dtype {known or proto.dtype}", name)
+            raise UnimplementedError(None, None, f"unsupported dtype {known[3:].lower()} for "
+                                     f"tensor {name!r} in {self._path}")
         if not 0 <= proto.shard_id < self._num_shards:
             raise self._loss(f"shard {proto.shard_id} of {self._num_shards}", name)
         if proto.offset < 0 or proto.size < 0:

@@ -432,9 +432,18 @@ def _extract_keys(predictions: Any, predict_keys: Any) -> Any:
     return chosen
 
 
+class _UnbatchedPredictionError(CkptsyncValueError, IndexError):
+    """A rank-0 prediction with ``yield_single_examples``; TF's ``IndexError`` with a message."""
+
+
 def _batch_length(values: dict[str, Any]) -> int:
     length = None
     for key, value in values.items():
+        if not getattr(value, "shape", ()):  # TF 2.15 fails on shape[0] with a bare IndexError
+            raise _UnbatchedPredictionError(
+                f"Prediction {key!r} is a scalar (rank 0, no batch dimension): with "
+                "yield_single_examples=True every prediction needs a first dimension equal "
+                "to the batch size; pass yield_single_examples=False to get whole batches.")
         length = length or value.shape[0]
         if value.shape[0] != length:
             raise CkptsyncValueError(
