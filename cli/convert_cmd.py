@@ -7,7 +7,12 @@ xxh3_64) and written under the same name, dtype and shape; the global step carri
 With ``--update-state`` DST's directory's ``checkpoint`` state file then names DST, so
 ``infer serve`` (or ``tf.train.latest_checkpoint``) finds it.
 
-Exit codes: 0 ok; 1 missing, unreadable or corrupt SRC, or a failed write; 2 usage.
+An existing DST (``DST.h5``, or ``DST.index`` / ``DST.data-00000-of-00001``) is refused
+unless ``--overwrite`` is given; then each file is replaced atomically (written to a temp
+file, fsynced, renamed over the old one), as every checkpoint write here.
+
+Exit codes: 0 ok; 1 missing, unreadable or corrupt SRC, an existing DST without
+``--overwrite``, or a failed write; 2 usage.
 """
 
 from __future__ import annotations
@@ -36,7 +41,9 @@ from .inspect_cmd import _message, _resolve
               help="Output format (default: the other one: h5 for a TF SRC, tf for ours).")
 @click.option("--update-state", is_flag=True,
               help="Name DST in its directory's 'checkpoint' state file.")
-def convert(src: str, dst: str, to: str | None, update_state: bool) -> None:
+@click.option("--overwrite", is_flag=True,
+              help="Replace an existing DST (atomically); without it an existing DST fails.")
+def convert(src: str, dst: str, to: str | None, update_state: bool, overwrite: bool) -> None:
     """Convert a checkpoint between TF's format and ckptsync's.
 
     SRC is a checkpoint prefix (or a directory: its latest checkpoint); DST a prefix.
@@ -58,6 +65,10 @@ def convert(src: str, dst: str, to: str | None, update_state: bool) -> None:
     if os.path.abspath(dst) == os.path.abspath(prefix.removesuffix(".h5")) and \
             (target == "tf") == source_tf:
         fail(f"DST {dst} is SRC itself; give another prefix.", EXIT_USAGE)
+    outputs = [dst + ".h5"] if target == "h5" else [dst + ".index", dst + ".data-00000-of-00001"]
+    existing = [p for p in outputs if os.path.lexists(p)]
+    if existing and not overwrite:
+        fail(f"DST {', '.join(existing)} already exists; pass --overwrite to replace it.")
     try:
         with CheckpointReader(prefix) as reader:
             names = sorted(reader.get_variable_to_shape_map())

@@ -197,6 +197,29 @@ def test_convert_tf_to_h5_and_back_gives_tf_s_bytes(tmp_path: Path) -> None:
         assert Path(str(back) + suffix).read_bytes() == Path(str(TF_PREFIX) + suffix).read_bytes()
 
 
+@pytest.mark.parametrize("to", ["h5", "tf"])
+def test_convert_refuses_an_existing_dst_unless_overwrite(tmp_path: Path, to: str) -> None:
+    runner = CliRunner()
+    dst = tmp_path / "out" / "model.ckpt-7"
+    args = ["convert", str(TF_MIXED), str(dst), "--to", to]
+    assert runner.invoke(main, args, prog_name="ckptsync").exit_code == 0
+    files = [Path(f"{dst}.h5")] if to == "h5" else \
+        [Path(f"{dst}.index"), Path(f"{dst}.data-00000-of-00001")]
+    for f in files:
+        f.write_bytes(b"precious")
+    result = runner.invoke(main, args, prog_name="ckptsync")
+    assert result.exit_code == 1
+    assert result.stderr.count("\n") == 1 and str(files[0]) in result.stderr
+    assert "already exists" in result.stderr and "--overwrite" in result.stderr
+    assert all(f.read_bytes() == b"precious" for f in files)  # untouched
+    result = runner.invoke(main, [*args, "--overwrite"], prog_name="ckptsync")
+    assert result.exit_code == 0, result.output
+    with ckpt.CheckpointReader(str(dst)) as reader:
+        for name, want in _tf_values().items():
+            np.testing.assert_array_equal(reader.get_tensor(name, verify=True), want)
+    assert sorted(p.name for p in dst.parent.iterdir()) == sorted(f.name for f in files)
+
+
 def test_ours_converted_is_what_tf_restored(tmp_path: Path) -> None:
     """The committed ckptsync-written TF checkpoint is still what ckptsync writes, and
     what TF read from it (tf_read.json, made by TF) is what ckptsync saved."""
