@@ -20,7 +20,8 @@ TF1's ``Estimator`` does before calling ``model_fn``: creates the global step, t
   ``predictions`` (a single Tensor is served as ``"output"``, as TF's ``PredictOutput``;
   what ``export_outputs["serving_default"]`` names is served instead: a
   ``PredictOutput``'s outputs, a ``ClassificationOutput``'s ``classes``/``scores``, a
-  ``RegressionOutput``'s ``outputs``).
+  ``RegressionOutput``'s ``outputs``); every other entry of ``export_outputs`` is served
+  too, by its name (``{"signature_name": "pred", ...}``, as TF Serving).
 
 ``params`` is the file's module-level ``PARAMS`` dict if it has one, else ``{}`` (TF
 passes ``Estimator(params=...)``); ``trainer run --learning-rate`` sets
@@ -231,6 +232,9 @@ class ModelFnNet:
         if outputs is None:
             outputs = {"loss": spec.loss}
         extra = {"estimator_spec": spec, "model_fn_net": self}
+        if mode == ModeKeys.PREDICT and spec.export_outputs:  # every one is served by name
+            extra["signature_outputs"] = {name: _export_output_tensors(out) for name, out
+                                          in spec.export_outputs.items()}
         try:
             return ModelSpec(inputs=inputs, outputs=outputs, labels=labels, loss=spec.loss,
                              train_op=spec.train_op if mode == ModeKeys.TRAIN else None,
@@ -249,17 +253,24 @@ def _outputs(spec: EstimatorSpec, mode: str) -> dict[str, Any] | None:
     """The served outputs: those of ``export_outputs["serving_default"]`` in PREDICT if
     given, else ``predictions`` (a single Tensor as ``"output"``, as TF's PredictOutput)."""
     if mode == ModeKeys.PREDICT and spec.export_outputs:
-        default = spec.export_outputs.get("serving_default")
-        outs = getattr(default, "outputs", None)
-        if not isinstance(outs, Mapping):  # ClassificationOutput, RegressionOutput
-            outs = {k: getattr(default, a) for k, a in
-                    (("classes", "classes"), ("scores", "scores"), ("outputs", "value"))
-                    if isinstance(getattr(default, a, None), Tensor)}
+        outs = _export_output_tensors(spec.export_outputs.get("serving_default"))
         if outs:
-            return dict(outs)
+            return outs
     if isinstance(spec.predictions, Tensor):
         return {"output": spec.predictions}
     return dict(spec.predictions) if spec.predictions else None  # TF keeps none as {}
+
+
+def _export_output_tensors(out: Any) -> dict[str, Tensor]:
+    """An export output's tensors by output key, as TF's signature_def names them: a
+    ``PredictOutput``'s outputs, a ``ClassificationOutput``'s ``classes``/``scores``, a
+    ``RegressionOutput``'s ``outputs``."""
+    outs = getattr(out, "outputs", None)
+    if not isinstance(outs, Mapping):  # ClassificationOutput, RegressionOutput
+        outs = {k: getattr(out, a) for k, a in
+                (("classes", "classes"), ("scores", "scores"), ("outputs", "value"))
+                if isinstance(getattr(out, a, None), Tensor)}
+    return dict(outs)
 
 
 def _get_or_create_global_step(graph: Any) -> None:

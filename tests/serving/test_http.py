@@ -137,7 +137,7 @@ def test_503_before_any_checkpoint_then_ready(serve):
         (json.dumps({"inputs": {"x": [1, 2, 3, 4]}}).encode(), "must have shape [?, 4], got [4]"),
         (
             json.dumps({"inputs": X, "signature_name": "other"}).encode(),
-            '"signature_name" must be "serving_default"',
+            'Serving signature name: "other" not found in signature def',
         ),
     ],
 )

@@ -205,16 +205,18 @@ class RestApi:
                 or NotFoundError (from ``manager.acquire``).
         """
         servable = self.manager.servable
+        signatures = servable.signatures
         try:  # never decodes more than max_batch_size rows of a bigger batch
-            inputs, row_format, batch = parse_predict_body(
-                body, servable.signature, self.max_batch_size
+            inputs, row_format, batch, signature_name = parse_predict_body(
+                body, servable.signature, self.max_batch_size, tuple(signatures)
             )
         except (RecursionError, ValueError, TypeError, OverflowError) as e:
             if isinstance(e, errors.OpError):
                 raise
             raise HttpError(400, f"cannot read the request's inputs: {e}") from None
         snap = self.manager.acquire(version)  # the one snapshot this request runs on
-        outputs = servable.run(snap.params, inputs)
+        outputs = (servable.run(snap.params, inputs) if signature_name == "serving_default"
+                   else servable.run_signature(signature_name, snap.params, inputs))
         answer = format_predict_response(outputs, row_format, batch)
         answer["model_version"] = snap.version
         return dumps(answer).encode(), str(snap.version)
@@ -261,7 +263,8 @@ class RestApi:
                 "metadata": {
                     "signature_def": {
                         "signature_def": {
-                            "serving_default": self.manager.servable.signature.to_json()
+                            name: sig.to_json()
+                            for name, sig in self.manager.servable.signatures.items()
                         }
                     }
                 },

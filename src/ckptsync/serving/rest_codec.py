@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, cast
 
 import numpy as np
@@ -27,7 +27,6 @@ from .servable import Signature, cast_if_finite, validate_inputs
 __all__ = ["decode_predict_body", "format_predict_response", "parse_predict_body",
            "parse_predict_request"]
 
-_SIGNATURE_NAMES = ("", "serving_default")
 
 
 def _bad(message: str) -> OpError:
@@ -35,14 +34,17 @@ def _bad(message: str) -> OpError:
 
 
 def parse_predict_body(
-    body: bytes, signature: Signature, max_batch_size: int
-) -> tuple[dict[str, np.ndarray], bool, int | None]:
+    body: bytes, signature: Signature, max_batch_size: int,
+    signature_names: Collection[str] = ("serving_default",),
+) -> tuple[dict[str, np.ndarray], bool, int | None, str]:
     """A predict request body (bytes) -> validated input arrays, never decoding more
     than ``max_batch_size`` rows of it into Python objects: :func:`decode_predict_body`,
     then :func:`parse_predict_request`.
 
     Returns:
-        (input key -> array, True for the row format, rows of ``instances`` or None).
+        (input key -> array, True for the row format, rows of ``instances`` or None, the
+        requested ``signature_name``: one of ``signature_names``, ``"serving_default"``
+        when absent or ``""``).
 
     Raises:
         InvalidArgumentError: not JSON, more rows than ``max_batch_size`` (counted before
@@ -51,8 +53,11 @@ def parse_predict_body(
     Thread-safety: pure; any number of threads at once.
     """
     payload = decode_predict_body(body, max_batch_size, _batch_inputs(signature))
-    inputs, row_format = parse_predict_request(payload, signature, max_batch_size)
-    return inputs, row_format, len(payload["instances"]) if row_format else None
+    inputs, row_format = parse_predict_request(payload, signature, max_batch_size,
+                                               signature_names)
+    name = payload.get("signature_name", "") if isinstance(payload, dict) else ""
+    return (inputs, row_format, len(payload["instances"]) if row_format else None,
+            name or "serving_default")
 
 
 def _batch_inputs(signature: Signature) -> set[str]:
@@ -199,7 +204,8 @@ def _walk_list(text: str, i: int, max_rows: int, field: str) -> tuple[list[Any],
 
 
 def parse_predict_request(
-    payload: Any, signature: Signature, max_batch_size: int
+    payload: Any, signature: Signature, max_batch_size: int,
+    signature_names: Collection[str] = ("serving_default",),
 ) -> tuple[dict[str, np.ndarray], bool]:
     """Turns a decoded predict body into validated input arrays.
 
@@ -207,6 +213,8 @@ def parse_predict_request(
         payload: the decoded JSON body.
         signature: the servable's signature.
         max_batch_size: most rows (dim 0) a request may carry.
+        signature_names: the servable's signature names (all with ``signature``'s
+            inputs); ``signature_name`` must be one of them, or ``""``/absent.
 
     Returns:
         (input key -> array, True for row format / False for columnar).
@@ -222,8 +230,10 @@ def parse_predict_request(
     if not isinstance(payload, dict):
         raise _bad(f"request body must be a JSON object, got {_json_type(payload)}")
     sig_name = payload.get("signature_name", "")
-    if sig_name not in _SIGNATURE_NAMES:
-        raise _bad(f'"signature_name" must be "serving_default", got {sig_name!r}')
+    if not isinstance(sig_name, str) or (sig_name and sig_name not in signature_names):
+        have = ", ".join(f'"{n}"' for n in signature_names)
+        raise _bad(f'Serving signature name: {json.dumps(sig_name)} not found in signature '
+                   f'def ("signature_name" must be one of {have})')
     has_rows, has_cols = "instances" in payload, "inputs" in payload
     if has_rows == has_cols:
         raise _bad('request body must have exactly one of "instances" (row) or "inputs" (columnar)')

@@ -123,6 +123,9 @@ class Signature:
         }
 
 
+DEFAULT_SIGNATURE = "serving_default"
+
+
 class Servable(abc.ABC):
     """A model that answers ``run(params, inputs)`` for any compatible parameter snapshot.
 
@@ -139,6 +142,23 @@ class Servable(abc.ABC):
     @abc.abstractmethod
     def variable_specs(self) -> Mapping[str, TensorSpec]:
         """Checkpoint key -> spec of every variable a checkpoint must provide."""
+
+    @property
+    def signatures(self) -> Mapping[str, Signature]:
+        """Signature name -> signature, ``"serving_default"`` (:attr:`signature`) first;
+        every one has the default's inputs (TF Serving's signature_def map)."""
+        return {DEFAULT_SIGNATURE: self.signature}
+
+    def run_signature(self, name: str, params: Mapping[str, np.ndarray],
+                      inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """:meth:`run` for the signature ``name`` (one of :attr:`signatures`).
+
+        Raises:
+            KeyError: no signature of that name.
+        """
+        if name != DEFAULT_SIGNATURE:
+            raise KeyError(name)
+        return self.run(params, inputs)
 
     @abc.abstractmethod
     def run(
@@ -327,6 +347,18 @@ class GraphServable(Servable):
         self._call = self._session.make_array_callable(
             [self._outputs[k] for k in self._output_keys],
             [self._inputs[k] for k in self._input_keys])
+        # A model_fn's other export_outputs (ModelSpec.extra["signature_outputs"]).
+        self._others: dict[str, tuple[Signature, list[str], Any]] = {}
+        for name, outs in (getattr(spec, "extra", None) or {}).get(
+                "signature_outputs", {}).items():
+            if name == DEFAULT_SIGNATURE or not outs:
+                continue
+            sig = Signature(inputs=self._signature.inputs,
+                            outputs={k: _tensor_spec(k, t) for k, t in outs.items()},
+                            tensor_names={**{k: t.name for k, t in self._inputs.items()},
+                                          **{k: t.name for k, t in outs.items()}})
+            self._others[name] = (sig, list(outs), self._session.make_array_callable(
+                list(outs.values()), [self._inputs[k] for k in self._input_keys]))
 
     @classmethod
     def from_model_file(cls, path: str | os.PathLike[str], device: str = "cpu:0") -> GraphServable:
@@ -341,6 +373,19 @@ class GraphServable(Servable):
     @property
     def signature(self) -> Signature:
         return self._signature
+
+    @property
+    def signatures(self) -> Mapping[str, Signature]:
+        return {DEFAULT_SIGNATURE: self._signature,
+                **{name: sig for name, (sig, _, _) in self._others.items()}}
+
+    def run_signature(self, name: str, params: Mapping[str, np.ndarray],
+                      inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if name == DEFAULT_SIGNATURE:
+            return self.run(params, inputs)
+        _, keys, call = self._others[name]
+        return dict(zip(keys, map(np.asarray, call([inputs[k] for k in self._input_keys],
+                                                    params))))
 
     @property
     def variable_specs(self) -> Mapping[str, TensorSpec]:
