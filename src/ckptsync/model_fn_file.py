@@ -8,7 +8,9 @@ A model file that defines ``model_fn`` (and no ``build_net``) is loaded by
 TF1's ``Estimator`` does before calling ``model_fn``: creates the global step, then
 
 * **TRAIN / EVAL**: ``features`` is a dict of placeholders named and shaped after the
-  training data's feature arrays (``{"x": [None, 64] float32}`` for ``--data digits``),
+  training data's feature arrays (``{"x": [None, 64] float32}`` for ``--data digits``);
+  with one feature array and a ``serving_input_receiver_fn``, in the structure that
+  function gives (a lone Tensor, or a one-key dict under the receiver's name);
   ``labels`` one placeholder for a single label array (``[None] int64``), a dict for
   several. These are what the trainer feeds; an ``input_fn`` in the file is not used.
   The ``EstimatorSpec``'s ``loss`` and ``train_op`` become the ModelSpec's;
@@ -44,7 +46,7 @@ import numpy as np
 
 from . import dtypes as _dtypes
 from .errors import CkptsyncError
-from .graph import GraphKeys, Tensor
+from .graph import Graph, GraphKeys, Tensor
 from .initializers import zeros_initializer
 from .model_fn import MODE_NEEDS, EstimatorSpec, fn_args, missing_for_mode
 from .model_spec import (
@@ -156,13 +158,33 @@ class ModelFnNet:
                           for k, (d, s) in data.features.items()}
                 label_feeds = {k: placeholder(_dtypes.as_dtype(d), [None, *s], name=k)
                                for k, (d, s) in data.labels.items()}
-                features = dict(inputs)
+                features = self._shaped_as_served(inputs)
                 labels = next(iter(label_feeds.values())) if len(label_feeds) == 1 \
                     else (label_feeds or None)
                 given = f"the data {data.describe()}"
             spec = self._call(features, labels, mode, params, config, name, given)
         return self._model_spec(spec, mode, name, inputs,
                                 None if mode == ModeKeys.PREDICT else label_feeds)
+
+    def _shaped_as_served(self, inputs: dict[str, Any]) -> Any:
+        """The training ``features`` in the structure ``serving_input_receiver_fn`` gives
+        ``model_fn`` when the data has one feature array: a lone Tensor for a
+        ``TensorServingInputReceiver`` (or a Tensor ``features``), or a one-key dict named as
+        the receiver names it (``{"image": ...}`` fed from ``--data``'s ``x``). Otherwise,
+        and without a receiver, a dict named after the data's arrays."""
+        if self.serving_input_receiver_fn is None or len(inputs) != 1:
+            return dict(inputs)
+        with Graph().as_default():  # a scratch graph: only the structure is kept
+            try:
+                served = self._receiver().features
+            except ModelFileError:
+                return dict(inputs)
+        (fed,) = inputs.values()
+        if isinstance(served, Tensor):
+            return fed
+        if isinstance(served, Mapping) and len(served) == 1:
+            return {next(iter(served)): fed}
+        return dict(inputs)
 
     def _receiver(self) -> Any:
         fn = self.serving_input_receiver_fn

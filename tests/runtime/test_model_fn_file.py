@@ -150,3 +150,39 @@ def test_the_estimator_example_builds_the_graphs_tf_builds(mode):
     if mode == tf.ModeKeys.PREDICT:
         assert {k: [t.dtype.name, t.get_shape().as_list()] for k, t in spec.outputs.items()} \
             == {k: [d, s] for k, (d, s) in want["outputs"].items()}
+
+
+@pytest.mark.parametrize("receiver, expect", [
+    ("tf.estimator.export.TensorServingInputReceiver(x, x)", "tensor"),
+    ("tf.estimator.export.ServingInputReceiver({'image': x}, x)", "image"),
+])
+def test_training_features_take_the_structure_the_receiver_serves(tmp_path, receiver, expect):
+    """A model_fn written for its receiver (``features["image"]``, or ``features`` a
+    Tensor) trains from ``--data``'s one feature array ``x`` unchanged."""
+    (tmp_path / "m.py").write_text(textwrap.dedent(f"""
+        import ckptsync as tf
+        seen = []
+
+        def model_fn(features, labels, mode):
+            seen.append(features)
+            x = features if isinstance(features, tf.Tensor) else features["image"]
+            logits = tf.layers.dense(x, 3)
+            if mode == tf.estimator.ModeKeys.PREDICT:
+                return tf.estimator.EstimatorSpec(mode, predictions=logits)
+            loss = tf.losses.sparse_softmax_cross_entropy(labels=labels, logits=logits)
+            return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=tf.no_op())
+
+        def serving_input_receiver_fn():
+            x = tf.placeholder(tf.float32, [None, 4], name="serving_x")
+            return {receiver}
+    """))
+    net = load_build_net(tmp_path / "m.py")
+    spec = net(tf.Graph(), "cpu:0", tf.ModeKeys.TRAIN, data=DATA)
+    assert list(spec.inputs) == ["x"]  # what the trainer feeds from the data
+    features = net.model_fn.__globals__["seen"][-1]
+    if expect == "tensor":
+        assert features is spec.inputs["x"]
+    else:
+        assert features == {"image": spec.inputs["x"]}
+    served = net(tf.Graph(), "cpu:0", tf.ModeKeys.PREDICT)
+    assert list(served.inputs) == ["input"]
