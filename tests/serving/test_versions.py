@@ -133,3 +133,42 @@ def test_closed_book_swaps_nothing():
     b.close()
     assert b.swap(b.begin_load(aspired(1)), snapshot(1)) == (False, None)
     assert b.current is None and b.closed
+
+
+def test_a_failed_version_reports_end_with_its_error_and_a_retry_loading_with_ok():
+    """TF Serving's get_model_status.proto: an error status belongs to END; a retry of a
+    refused version is LOADING with OK, never LOADING with the last load's error."""
+    b = book()
+    rec = b.begin_load(aspired(30))
+    b.failed(rec, INVALID_ARGUMENT, "variable 'dense/kernel' has shape [64, 10]")
+    assert b.status(30) == [{"version": "30", "state": "END", "status": {
+        "error_code": "INVALID_ARGUMENT",
+        "error_message": "variable 'dense/kernel' has shape [64, 10]"}}]
+    assert b.begin_load(aspired(30)) is rec  # the retry
+    assert b.status(30) == [{"version": "30", "state": "LOADING",
+                             "status": {"error_code": "OK", "error_message": ""}}]
+    assert b.last_error() == "variable 'dense/kernel' has shape [64, 10]"  # still known
+    b.failed(rec, INVALID_ARGUMENT, "again")
+    assert b.status(30)[0]["state"] == "END"
+    assert b.status(30)[0]["status"]["error_code"] == "INVALID_ARGUMENT"
+
+
+def test_a_version_is_available_before_its_snapshot_is_served():
+    """The request path reads ``current`` without the lock: the record must say AVAILABLE
+    by the time a request can see the snapshot (else status lags an answered :predict)."""
+    seen = []
+
+    class Spy(VersionBook):
+        @property
+        def current(self):
+            return self.__dict__.get("_spied_current")
+
+        @current.setter
+        def current(self, snap):
+            if snap is not None:
+                seen.append(self.status(snap.version)[0]["state"])
+            self.__dict__["_spied_current"] = snap
+
+    b = Spy(ManagerOptions())
+    assert b.swap(b.begin_load(aspired(30)), snapshot(30)) == (True, None)
+    assert seen == ["AVAILABLE"]

@@ -152,7 +152,9 @@ class VersionBook:
         """TF Serving's ``model_version_status`` list, newest first.
 
         Each entry: ``{"version": "1200", "state": "AVAILABLE", "status": {"error_code":
-        "OK", "error_message": ""}}``.
+        "OK", "error_message": ""}}``. As TF Serving's ``get_model_status.proto``, an
+        error status comes only with ``END`` (a failed or refused load); a retry in progress
+        is ``LOADING`` with ``OK`` (its last error is kept for :meth:`last_error`).
 
         Raises:
             NotFoundError: ``version`` was given and the book has no record of it.
@@ -169,11 +171,11 @@ class VersionBook:
                     "version": str(r.version),
                     "state": r.state.name,
                     "status": {
-                        "error_code": error_code_name(r.error_code),
-                        "error_message": r.error_message,
+                        "error_code": error_code_name(r.error_code if ended else 0),
+                        "error_message": r.error_message if ended else "",
                     },
                 }
-                for r in records
+                for r, ended in ((r, r.state == VersionState.END) for r in records)
             ]
 
     def loading(self) -> tuple[int | None, float, bool]:
@@ -314,10 +316,13 @@ class VersionBook:
         with self.cond:
             if self.closed:  # closed while loading: serve nothing new
                 return False, self.last_served
+            # The record says AVAILABLE before the snapshot is visible to the lock-free
+            # request path, so no answer of a version ever precedes its AVAILABLE.
+            rec.state, rec.error_code, rec.error_message = VersionState.AVAILABLE, 0, ""
+            self._records[rec.version] = rec
             old, self.current = self.current, snap  # the swap
             previous, self.last_served = self.last_served, snap.version
             self._last_prefix = snap.prefix
-            rec.state, rec.error_code, rec.error_message = VersionState.AVAILABLE, 0, ""
             rec.failures, rec.retry_at_s = 0, 0.0
             self.seq += 1
             rec.finished_seq = self.seq
