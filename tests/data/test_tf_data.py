@@ -241,3 +241,62 @@ def test_state_of_flat_map_unbatch_and_generator_round_trips():
             saveable.restore_value(sess, state)
             assert [tuple(int(v) for v in e) for e in _all(sess, nxt)] == rest
     assert rest == [(1, 4002), (2, 5012), (0, 6020)]
+
+
+def _range_pipeline_saved_at_12(tmp_path):
+    with tf.Graph().as_default():
+        it = tf_data.Dataset.range(100).batch(4).make_initializable_iterator()
+        tf.add_to_collection(tf.GraphKeys.SAVEABLE_OBJECTS,
+                             tf_data.experimental.make_saveable_from_iterator(it))
+        nxt, saver = it.get_next(), tf.train.Saver()
+        with tf.Session() as sess:
+            sess.run(it.initializer)
+            assert [sess.run(nxt).tolist() for _ in range(3)][-1] == [8, 9, 10, 11]
+            return saver.save(sess, str(tmp_path / "it"))
+
+
+@pytest.mark.parametrize("kind,make", [
+    ("Range -> Map -> Batch, elements (int64[?], int64[?])",
+     lambda: tf_data.Dataset.range(100).map(lambda x: (x, x)).batch(4)),
+    ("Range -> Map -> Batch, elements float32[?]",
+     lambda: tf_data.Dataset.range(100).map(lambda x: tf.cast(x, tf.float32)).batch(4)),
+    ("Range -> Filter -> Batch, elements int64[?]",
+     lambda: tf_data.Dataset.range(100).filter(lambda x: x > 50).batch(4)),
+    ("Range -> Shuffle -> Batch, elements int64[?]",
+     lambda: tf_data.Dataset.range(100).shuffle(10).batch(4)),
+])
+@pytest.mark.parametrize("initialize_first", [True, False])
+def test_iterator_state_is_refused_by_another_pipeline_naming_both(tmp_path, kind, make,
+                                                                    initialize_first):
+    path = _range_pipeline_saved_at_12(tmp_path)
+    with tf.Graph().as_default():
+        it = make().make_initializable_iterator()
+        tf.add_to_collection(tf.GraphKeys.SAVEABLE_OBJECTS,
+                             tf_data.experimental.make_saveable_from_iterator(it))
+        saver = tf.train.Saver()
+        with tf.Session() as sess:
+            # as TF1 (NotFoundError: the saved state's keys are another chain's)
+            with pytest.raises(tf.errors.NotFoundError) as info:
+                if initialize_first:
+                    sess.run(it.initializer)
+                    saver.restore(sess, path)
+                else:  # applied when the initializer runs
+                    saver.restore(sess, path)
+                    sess.run(it.initializer)
+    message = str(info.value)
+    assert "iterator state for IteratorV2" in message
+    assert "saved from the input pipeline Range -> Batch, elements int64[?]" in message
+    assert f"cannot be restored into {kind}" in message
+
+
+def test_iterator_state_restores_into_the_same_pipeline(tmp_path):
+    path = _range_pipeline_saved_at_12(tmp_path)
+    with tf.Graph().as_default():
+        it = tf_data.Dataset.range(100).batch(4).make_initializable_iterator()
+        tf.add_to_collection(tf.GraphKeys.SAVEABLE_OBJECTS,
+                             tf_data.experimental.make_saveable_from_iterator(it))
+        nxt, saver = it.get_next(), tf.train.Saver()
+        with tf.Session() as sess:
+            sess.run(it.initializer)
+            saver.restore(sess, path)
+            assert sess.run(nxt).tolist() == [12, 13, 14, 15]

@@ -1,6 +1,8 @@
 """An iterator's state (lists, dicts, numbers, strings and numpy arrays, as
 :meth:`._runtime.Node.state` gives it) as one ``uint8`` vector for a checkpoint, and
-back: an ``.npz`` image of a JSON outline and the arrays, read without pickle."""
+back: an ``.npz`` image of a JSON outline and the arrays, read without pickle; and the
+fingerprint of a pipeline that a saved state carries, so it restores only into the
+pipeline it was saved from."""
 
 from __future__ import annotations
 
@@ -10,7 +12,40 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["pack_state", "unpack_state"]
+__all__ = ["pack_state", "unpack_state", "pipeline_fingerprint"]
+
+
+def pipeline_fingerprint(dataset: Any) -> str:
+    """The structure of ``dataset``'s pipeline: the chain of its transformation kinds and
+    its element spec, e.g. ``"Range -> Map -> Batch, elements (int64[?], int64[?])"``.
+
+    As TF1's iterator checkpoints (whose keys are the chain of kinds: TF refuses a state
+    of another chain), a state restores only into an equal fingerprint. Runtime values
+    (a range's bounds, a batch size fed or constant) are not part of it, as in TF, which
+    restores a ``range(100)`` position into ``range(5)``.
+    """
+    def chain(d: Any) -> str:
+        name = type(d).__name__.lstrip("_")
+        if name == "Source":
+            name = "FromTensors" if getattr(d, "_kind", "") == "tensors" else "FromTensorSlices"
+        inner = [chain(c) for c in d._inputs]
+        if not inner:
+            return name
+        if len(inner) == 1:
+            return f"{inner[0]} -> {name}"
+        return f"{name}({', '.join(inner)})"
+
+    def spec(x: Any) -> str:
+        if isinstance(x, dict):
+            return "{" + ", ".join(f"{k!r}: {spec(v)}" for k, v in sorted(x.items())) + "}"
+        if isinstance(x, (list, tuple)):
+            return "(" + ", ".join(spec(v) for v in x) + ")"
+        dims = getattr(x.shape, "dims", None)
+        shape = "<unknown>" if dims is None else ", ".join(
+            "?" if d is None else str(d) for d in (getattr(d, "value", d) for d in dims))
+        return f"{x.dtype.name}[{shape}]"
+
+    return f"{chain(dataset)}, elements {spec(dataset._structure)}"
 
 def pack_state(state: Any) -> np.ndarray:
     """``state`` (lists, dicts, numbers, strings and numpy arrays) as one ``uint8``

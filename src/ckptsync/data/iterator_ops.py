@@ -23,6 +23,7 @@ from ..errors import (
     CkptsyncValueError,
     FailedPreconditionError,
     InvalidArgumentError,
+    NotFoundError,
     OutOfRangeError,
 )
 from ..graph import GraphKeys, Operation, Tensor
@@ -45,15 +46,29 @@ _NOT_INITIALIZED = ("GetNext() failed because the iterator has not been initiali
 def _start(ctx: Any, op: Operation, handle: str, dataset: Dataset, values: tuple) -> None:
     env = Env({id(t): v for t, v in zip(dataset._all_tensors(), values)})
     node = dataset._node(env, ())
+    pipeline = _state.pipeline_fingerprint(dataset)
     pending = ctx.resources.pop(("pending", handle), None)
     if pending is not None:  # a restore that came before the first initialization
-        _restore(op, node, pending)
+        _restore(op, node, pending, pipeline)
     ctx.resources[handle] = node
+    ctx.resources[("pipeline", handle)] = pipeline
 
 
-def _restore(op: Operation, node: rt.Node, blob: Any) -> None:
+def _restore(op: Operation, node: rt.Node, blob: Any, pipeline: str) -> None:
     try:
-        node.restore(_state.unpack_state(blob))
+        saved = _state.unpack_state(blob)
+    except (ValueError, KeyError, IndexError, TypeError) as e:
+        raise InvalidArgumentError(None, op, f"The iterator state for {op.inputs[0].op.name} "
+                                   f"is damaged: {e}") from e
+    if isinstance(saved, dict) and "__pipeline__" in saved:  # older states have none
+        if saved["__pipeline__"] != pipeline:  # TF1: NotFoundError (its state's keys)
+            raise NotFoundError(
+                None, op, f"The iterator state for {op.inputs[0].op.name} was saved from "
+                f"the input pipeline {saved['__pipeline__']} and cannot be restored into "
+                f"{pipeline}: restore it into the pipeline it was saved from.")
+        saved = saved["state"]
+    try:
+        node.restore(saved)
     except (ValueError, KeyError, IndexError, TypeError, AssertionError) as e:
         raise InvalidArgumentError(
             None, op, f"The iterator state for {op.inputs[0].op.name} does not fit this "
@@ -95,7 +110,8 @@ def _serialize_kernel(ctx: Any, op: Operation, handle: Any) -> np.ndarray:
     node = ctx.resources.get(handle)
     if node is None:
         raise FailedPreconditionError(None, op, _NOT_INITIALIZED)
-    return _state.pack_state(node.state())
+    return _state.pack_state({"__pipeline__": ctx.resources[("pipeline", handle)],
+                              "state": node.state()})
 
 
 @register("DeserializeIterator", kind="stateful")
@@ -104,7 +120,7 @@ def _deserialize_kernel(ctx: Any, op: Operation, handle: Any, blob: Any) -> None
     if node is None:  # kept until the initializer runs (see make_saveable_from_iterator)
         ctx.resources[("pending", handle)] = np.array(blob, np.uint8)
         return
-    _restore(op, node, blob)
+    _restore(op, node, blob, ctx.resources[("pipeline", handle)])
 
 
 class Iterator(Structured):
@@ -243,7 +259,14 @@ class IteratorSaveable:
     def restore_value(self, sess: Any, value: np.ndarray) -> None:
         """Moves the iterator in ``sess`` to a saved position. Before the iterator's first
         initialization, the position is applied when its initializer runs (ckptsync's
-        choice, so a restarted trainer that initializes after restoring resumes)."""
+        choice, so a restarted trainer that initializes after restoring resumes).
+
+        Raises:
+            NotFoundError: the state was saved from another pipeline (its chain of
+                transformation kinds or element spec differ: see
+                :func:`._state.pipeline_fingerprint`), as TF1 refuses it; naming both.
+            InvalidArgumentError: a damaged state.
+        """
         sess.run(self._restore, {self._state: np.asarray(value, np.uint8)})
 
 
