@@ -250,8 +250,12 @@ def MakeDirs(dirname: str) -> None:  # noqa: N802
     """
     if os.path.isdir(dirname):
         return
-    if os.path.exists(dirname):
-        raise FailedPreconditionError(None, None, f"{dirname} is not a directory")
+    up = dirname
+    while up and not os.path.exists(up):  # as TF: the first existing non-directory
+        parent = os.path.dirname(up)
+        up = parent if parent != up else ""
+    if up and not os.path.isdir(up):
+        raise FailedPreconditionError(None, None, f"{up} is not a directory")
     try:
         os.makedirs(dirname, exist_ok=True)
     except OSError as e:

@@ -62,3 +62,50 @@ def test_demo_writes_trainer_and_server_summaries(tmp_path):
     assert train.Scalars("loss")[-1].step == 200
     assert max(e.value for e in serve.Scalars("serving/version")) == 200
     assert max(e.value for e in serve.Scalars("serving/requests_per_sec")) > 0
+
+
+def test_trainer_survives_its_summary_dir_being_deleted(tmp_path):
+    # As TF's EventsWriter: the event file gone (its directory deleted mid-run), the next
+    # write makes the directory and a new file; training goes on to its final checkpoint.
+    import shutil
+    import threading
+
+    logdir, ckpts = tmp_path / "sd" / "train", tmp_path / "c"
+    proc = subprocess.Popen(
+        cli("trainer", "run", "--model", MODEL, "--checkpoint-dir", str(ckpts), "--steps",
+            "300", "--save-every-steps", "50", "--summary-dir", str(logdir),
+            "--summary-every-steps", "5", "--max-steps-per-s", "40"),
+        env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first_progress = threading.Event()
+    lines: list[str] = []
+
+    def read_stderr() -> None:  # the progress lines
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            if line.startswith("step "):
+                first_progress.set()
+
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
+    try:
+        assert first_progress.wait(timeout=120), "no progress line"
+        old = sorted(logdir.glob("events.out.tfevents.*"))
+        assert old, "no event file while training"
+        shutil.rmtree(tmp_path / "sd")
+        out, _ = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    reader.join(timeout=30)
+    err = "".join(lines)
+    assert proc.returncode == 0, err
+    assert "No such file or directory" not in err
+    assert "done: global step 300" in out
+    assert (ckpts / "model.ckpt-300.h5").exists()
+    new = sorted(logdir.glob("events.out.tfevents.*"))
+    assert new and not set(new) & set(old)
+    acc = EventAccumulator(str(logdir))
+    acc.Reload()
+    assert acc.Scalars("loss")[-1].step == 300

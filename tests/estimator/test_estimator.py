@@ -297,3 +297,36 @@ def test_numpy_input_fn_of_an_array_and_a_label_dict(tmp_path):
 def test_export_saved_model_says_what_to_do_instead(tmp_path):
     with pytest.raises(tf.errors.UnimplementedError, match="infer serve"):
         estimator(tmp_path).export_saved_model(str(tmp_path / "export"), lambda: None)
+
+
+def test_train_in_a_model_dir_that_is_a_file_or_fifo_fails_precondition_as_tf(tmp_path):
+    for name, make in (("file", lambda p: p.write_text("x")), ("fifo", os.mkfifo)):
+        path = tmp_path / name
+        make(path)
+        est = tf.estimator.Estimator(model_fn, model_dir=str(path), params={})
+        with pytest.raises(tf.errors.FailedPreconditionError,
+                           match=f"^{path} is not a directory$"):
+            est.train(input_fn, steps=1)
+
+
+def test_train_refuses_an_unparsable_state_file_evaluate_warns(tmp_path, caplog):
+    # Unlike TF (which logs "Unparsable checkpoint state", trains from step 0 and then
+    # overwrites the state file): a DataLossError naming the file and the way out.
+    est = estimator(tmp_path)
+    est.train(input_fn, steps=3)
+    state = tmp_path / "m" / "checkpoint"
+    state.write_text("model_checkpoint_path: \"model.ckpt-3\n garbage {")
+    with pytest.raises(tf.errors.DataLossError,
+                       match=f"Unparsable checkpoint state {state}.*Repair the state file"):
+        est.train(input_fn, steps=2)
+    assert state.read_text().endswith("garbage {")
+    assert not (tmp_path / "m" / "model.ckpt-2.h5").exists()
+    # The same code path: MonitoredTrainingSession(checkpoint_dir=...).
+    with tf.Graph().as_default():
+        tf.train.get_or_create_global_step()
+        with pytest.raises(tf.errors.DataLossError, match="Unparsable checkpoint state"):
+            tf.train.MonitoredTrainingSession(checkpoint_dir=str(tmp_path / "m"))
+    # Read-only users keep TF's behaviour: no checkpoint, a warning naming the file.
+    with caplog.at_level("WARNING", logger="ckptsync"):
+        assert est.latest_checkpoint() is None
+    assert f"Unparsable checkpoint state {state}" in caplog.text

@@ -170,6 +170,62 @@ def test_file_writer_events_session_log_close_and_reopen(tmp_path):
     assert [(e.step, e.value) for e in acc.Scalars("x")] == [(1, 5.0), (2, 5.0), (4, 5.0)]
 
 
+def test_file_writer_makes_a_new_file_when_its_directory_was_deleted(tmp_path):
+    # As TF's EventsWriter (FileStillExists): the event file gone, the next write makes
+    # the directory and a new file instead of failing.
+    import shutil
+    logdir = tmp_path / "d"
+    w = tf.summary.FileWriter(str(logdir))
+    s = tf.Summary(value=[tf.Summary.Value(tag="x", simple_value=1.0)])
+    w.add_summary(s, 1)
+    w.flush()
+    old = set(glob.glob(os.path.join(logdir, "events.out.tfevents.*")))
+    shutil.rmtree(logdir)
+    w.add_summary(s, 2)
+    w.flush()
+    shutil.rmtree(logdir)
+    w.flush()  # a flush alone also notices
+    w.add_summary(s, 3)
+    w.close()
+    new = set(glob.glob(os.path.join(logdir, "events.out.tfevents.*")))
+    assert new and not new & old
+    assert [e.step for e in _accumulate(str(logdir)).Scalars("x")] == [3]
+
+
+@pytest.mark.parametrize("sub", ["", "/sub/dir"])
+def test_file_writer_on_a_file_raises_failed_precondition_as_tf(tmp_path, sub):
+    f = tmp_path / "file"
+    f.write_text("x")
+    # TF 2.21: FailedPreconditionError "<file> is not a directory", also for a path below.
+    with pytest.raises(tf.errors.FailedPreconditionError, match=f"^{f} is not a directory$"):
+        tf.summary.FileWriter(str(f) + sub)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(tf.errors.FailedPreconditionError, match=f"^{fifo} is not a directory$"):
+        tf.summary.FileWriter(str(fifo) + sub)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
+def test_file_writer_in_an_unwritable_directory_names_it(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir(mode=0o500)
+    with pytest.raises(tf.errors.PermissionDeniedError, match=str(ro)):
+        tf.summary.FileWriter(str(ro))
+
+
+def test_write_or_warn_warns_once_per_cause_and_goes_on(caplog):
+    from ckptsync.summary.writer import write_or_warn
+
+    def fail():
+        raise OSError(28, "No space left on device")
+
+    with caplog.at_level("WARNING", logger="ckptsync"):
+        assert write_or_warn(fail) is False
+        assert write_or_warn(fail) is False
+        assert write_or_warn(lambda: None) is True
+    assert caplog.text.count("No space left on device") == 1
+
+
 def test_file_writer_cache_shares_and_clears(tmp_path):
     a = tf.summary.FileWriterCache.get(str(tmp_path))
     assert tf.summary.FileWriterCache.get(str(tmp_path) + "/") is a

@@ -265,6 +265,31 @@ def test_step_counter_and_final_ops_hooks():
     assert float(final.final_ops_values["v"]) == 6.0
 
 
+def test_step_counter_hook_warns_when_global_step_does_not_increase(caplog, monkeypatch):
+    # As TF1's StepCounterHook: a run that leaves the step where it was is warned of, the
+    # first 5 times in the process; a step that moves is not.
+    from ckptsync.train import basic_hooks
+    monkeypatch.setattr(basic_hooks, "_not_increased_warnings", 0)
+    g, step, x, v, train = _graph()
+    with g.as_default():
+        with caplog.at_level(logging.WARNING, logger="ckptsync"):
+            with MonitoredSession(hooks=[StepCounterHook(every_n_steps=100)]) as sess:
+                for _ in range(3):
+                    sess.run(train, {x: 1.0})
+        assert "has not been increased" not in caplog.text
+        with caplog.at_level(logging.WARNING, logger="ckptsync"):
+            with MonitoredSession(hooks=[StepCounterHook(every_n_steps=100)]) as sess:
+                for _ in range(8):
+                    sess.run(v)
+    warned = [r.getMessage() for r in caplog.records if "has not been increased" in r.getMessage()]
+    assert len(warned) == 5
+    assert warned[0] == (
+        "It seems that global step (tf.train.get_global_step) has not been increased. "
+        "Current value (could be stable): 0 vs previous value: 0. You could increase the "
+        "global step by passing tf.train.get_global_step() to Optimizer.apply_gradients or "
+        "Optimizer.minimize.")
+
+
 def test_monitored_training_session_restores_before_after_create_session(tmp_path):
     g, step, x, v, train = _graph()
     with g.as_default():

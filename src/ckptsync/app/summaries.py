@@ -2,7 +2,9 @@
 steps per second every ``every_steps`` steps, held-out loss and accuracy when evaluated,
 and each checkpoint's write time (start of the save to data and state file on disk;
 with ``--async-save`` that includes the time queued). The model's own ``tf.summary``
-ops are written too, by a ``SummarySaverHook`` every ``every_steps`` steps.
+ops are written too, by a ``SummarySaverHook`` every ``every_steps`` steps. A failed
+summary write is a warning (once per cause), never the end of training; a deleted
+``logdir`` is made again, with a new event file.
 
 Tags: ``loss``, ``global_step/sec`` (TF1's StepCounterHook tag), ``held_out/loss``,
 ``held_out/accuracy``, ``checkpoint/write_secs``.
@@ -16,6 +18,7 @@ from typing import Any
 
 from .. import summary as _summary
 from ..graph import Graph, GraphKeys
+from ..summary.writer import write_or_warn
 from ..train.basic_hooks import CheckpointSaverListener
 from ..train.summary_hooks import SummarySaverHook
 from .options import Progress
@@ -41,7 +44,7 @@ class TrainerSummaries(CheckpointSaverListener):
         items = [summary_cls.Value(tag=k.replace("__", "/"), simple_value=float(v))
                  for k, v in values.items() if v is not None]
         if items:
-            self._writer.add_summary(summary_cls(value=items), step)
+            write_or_warn(self._writer.add_summary, summary_cls(value=items), step)
 
     def held_out(self, step: int, loss: float | None, accuracy: float | None,
                  metrics: Mapping[str, Any]) -> None:
@@ -77,8 +80,8 @@ class TrainerSummaries(CheckpointSaverListener):
         if started is not None:
             self.scalars(int(global_step_value),
                          **{"checkpoint/write_secs": time.perf_counter() - started})
-        self._writer.flush()
+        write_or_warn(self._writer.flush)
         return None
 
     def close(self) -> None:
-        self._writer.close()
+        write_or_warn(self._writer.close)

@@ -1,20 +1,49 @@
 """``FileWriter`` and ``FileWriterCache``, as TF1's ``tf.summary.FileWriter``: events
 files TensorBoard reads, written through tensorboard's own ``EventFileWriter`` (files
 ``events.out.tfevents.<time>.<host>...`` in ``logdir``; the first event of each file is
-its ``file_version``; writes are queued and flushed every ``flush_secs``)."""
+its ``file_version``; writes are queued and flushed every ``flush_secs``).
+
+As TF's ``EventsWriter``, a writer whose event file disappeared (its directory deleted
+mid-run) makes a new one, recreating the directory, on the next write or flush; events
+queued for the lost file are lost (a warning says so). ``write_or_warn`` is how hooks and
+the trainer write: a failed summary write is a warning, never the end of training."""
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
+from .. import gfile as _gfile
+from ..errors import OpError
 from ..graph import Graph, get_default_graph
 from . import _tb
 from .graph_def import as_graph_def
 
-__all__ = ["FileWriter", "FileWriterCache"]
+__all__ = ["FileWriter", "FileWriterCache", "write_or_warn"]
+
+log = logging.getLogger("ckptsync.summary")
+_warned: set[tuple[str, str]] = set()
+
+
+def write_or_warn(write: Callable[..., Any], *args: Any, **kwargs: Any) -> bool:
+    """Calls ``write(*args, **kwargs)`` (a ``FileWriter`` method); an ``OSError`` or
+    ``OpError`` from it is logged as a warning, once per cause (its class and message)
+    in the process, and swallowed: summaries never stop training. Returns whether it
+    worked. Thread-safety: as ``write``."""
+    try:
+        write(*args, **kwargs)
+        return True
+    except (OSError, OpError) as e:
+        cause = (type(e).__name__, str(e))
+        if cause not in _warned:
+            _warned.add(cause)
+            log.warning("Writing summaries failed (training goes on without them): %s: %s",
+                        type(e).__name__, e)
+        return False
 
 
 class FileWriter:
@@ -26,7 +55,17 @@ class FileWriter:
         max_queue: events queued before a write; flush_secs: seconds between flushes.
         filename_suffix: appended to the event file's name.
 
-    ``add_*`` after ``close`` are dropped, as TF1; ``reopen`` starts a new file.
+    ``add_*`` after ``close`` are dropped, as TF1; ``reopen`` starts a new file. When the
+    event file disappeared, the next ``add_*``/``flush`` makes the directory and a new
+    file, as TF's ``EventsWriter``.
+
+    Raises:
+        FailedPreconditionError: ``logdir`` (or a parent) is not a directory ("<path> is
+            not a directory", TF's message).
+        PermissionDeniedError, UnknownError...: the directory or file cannot be made
+            (``"<path>; <reason>"``).
+
+    Thread-safety: the methods may be called from any thread.
     """
 
     def __init__(self, logdir: str, graph: Graph | None = None, max_queue: int = 10,
@@ -49,18 +88,53 @@ class FileWriter:
         with self._lock:
             if not self._closed:
                 return
-            os.makedirs(self._logdir, exist_ok=True)
-            max_queue, flush_secs, suffix = self._args
+            self._open()
+
+    def _open(self) -> None:
+        _gfile.MakeDirs(self._logdir)
+        max_queue, flush_secs, suffix = self._args
+        try:
             self._writer = _tb.event_file_writer()(self._logdir, max_queue_size=max_queue,
                                                    flush_secs=flush_secs,
                                                    filename_suffix=suffix)
-            self._closed = False
+        except OSError as e:
+            raise _gfile._os_error(e.filename or self._logdir, e) from None
+        self._closed = False
+
+    def _file_gone(self) -> bool:
+        name = getattr(self._writer, "_file_name", None)
+        return name is not None and not os.path.exists(name)
+
+    def _renew(self) -> None:
+        """As TF's EventsWriter: the event file is gone; a new one (and directory)."""
+        log.warning("Event file %s disappeared; writing to a new one in %s (events not yet "
+                    "written are lost)", getattr(self._writer, "_file_name", "?"),
+                    self._logdir)
+        try:
+            self._writer.close()
+        except Exception:  # noqa: BLE001 - the old file is lost anyway
+            pass
+        self._closed = True
+        self._open()
+
+    def _call(self, method: str, *args: Any) -> None:
+        # Under self._lock. A write failing because the file went away is retried once
+        # on a new file.
+        if self._file_gone():
+            self._renew()
+        try:
+            getattr(self._writer, method)(*args)
+        except OSError:
+            if not self._file_gone():
+                raise
+            self._renew()
+            getattr(self._writer, method)(*args)
 
     def add_event(self, event: Any) -> None:
         """Writes one ``Event`` proto (dropped once closed)."""
         with self._lock:
             if not self._closed:
-                self._writer.add_event(event)
+                self._call("add_event", event)
 
     def _event(self, step: Any = None, **fields: Any) -> None:
         event = _tb.proto("event_pb2.Event")(wall_time=time.time(), **fields)
@@ -106,14 +180,18 @@ class FileWriter:
         """Writes the queued events to disk."""
         with self._lock:
             if not self._closed:
-                self._writer.flush()
+                self._call("flush")
 
     def close(self) -> None:
         """Flushes and closes the file; later ``add_*`` are dropped until ``reopen``."""
         with self._lock:
             if not self._closed:
-                self._writer.close()
                 self._closed = True
+                try:
+                    self._writer.close()
+                except OSError:
+                    if not self._file_gone():
+                        raise
 
     def __enter__(self) -> FileWriter:
         return self

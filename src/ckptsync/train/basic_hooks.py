@@ -15,6 +15,7 @@ import numpy as np
 from .. import summary as _summary
 from ..errors import CkptsyncRuntimeError, CkptsyncValueError
 from ..graph import GraphKeys, get_default_graph
+from ..summary.writer import write_or_warn
 from .session_run_hook import SessionRunArgs, SessionRunContext, SessionRunHook, SessionRunValues
 from .training_util import get_global_step
 
@@ -25,6 +26,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("ckptsync.train")
+_not_increased_warnings = 0  # StepCounterHook's, process-wide as TF1's log_first_n
 
 
 class SecondOrStepTimer:
@@ -359,6 +361,7 @@ class StepCounterHook(SessionRunHook):
         self._timer = SecondOrStepTimer(every_steps=every_n_steps, every_secs=every_n_secs)
         self.steps_per_sec: float | None = None
         self._output_dir, self._writer = output_dir, summary_writer
+        self._last_global_step: int | None = None
 
     def begin(self) -> None:
         self._global_step_tensor = get_global_step()
@@ -369,13 +372,14 @@ class StepCounterHook(SessionRunHook):
 
     def end(self, session: Any) -> None:
         if self._writer is not None:
-            self._writer.flush()
+            write_or_warn(self._writer.flush)
 
     def before_run(self, run_context: SessionRunContext) -> SessionRunArgs:
         return SessionRunArgs(self._global_step_tensor)
 
     def after_run(self, run_context: SessionRunContext, run_values: SessionRunValues) -> None:
         stale = int(run_values.results)
+        self._warn_if_not_increased(stale)
         if not self._timer.should_trigger_for_step(stale + 1):
             return
         # As TF1: the step after this run, read again (another hook may have moved it).
@@ -388,8 +392,21 @@ class StepCounterHook(SessionRunHook):
                 log.info("%s: %g", tag, self.steps_per_sec)
                 if self._writer is not None:
                     cls = _summary.Summary
-                    self._writer.add_summary(
-                        cls(value=[cls.Value(tag=tag, simple_value=self.steps_per_sec)]), step)
+                    write_or_warn(self._writer.add_summary, cls(
+                        value=[cls.Value(tag=tag, simple_value=self.steps_per_sec)]), step)
+
+    def _warn_if_not_increased(self, stale: int) -> None:
+        # As TF1: a warning, the first 5 times in the process, when the step read before
+        # this run equals the one read before the previous run.
+        global _not_increased_warnings
+        if stale == self._last_global_step and _not_increased_warnings < 5:
+            _not_increased_warnings += 1
+            log.warning(
+                "It seems that global step (tf.train.get_global_step) has not been increased. "
+                "Current value (could be stable): %s vs previous value: %s. You could increase "
+                "the global step by passing tf.train.get_global_step() to "
+                "Optimizer.apply_gradients or Optimizer.minimize.", stale, self._last_global_step)
+        self._last_global_step = stale
 
 
 class FinalOpsHook(SessionRunHook):

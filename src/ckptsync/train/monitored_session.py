@@ -16,9 +16,11 @@ from typing import Any
 
 from .. import checkpoint as ckpt
 from .. import summary as _summary
+from ..checkpoint.state import NotRegularFileError, StateFileError, read_checkpoint_state
 from ..errors import (
     AbortedError,
     CkptsyncRuntimeError,
+    DataLossError,
     OutOfRangeError,
     UnavailableError,
 )
@@ -135,8 +137,30 @@ def _get_or_default(g: Any, key: str, default: Callable[[], Any]) -> Any:
     return op
 
 
+def _refuse_broken_state(checkpoint_dir: str) -> None:
+    """Unlike TF1 (whose ``latest_checkpoint`` is None for a broken state file, so training
+    starts over at step 0 and overwrites it): raises DataLossError naming the file."""
+    try:
+        read_checkpoint_state(checkpoint_dir)
+    except NotRegularFileError:
+        raise
+    except StateFileError as e:
+        raise DataLossError(None, None, (
+            f"{e}. Refusing to train in {checkpoint_dir}: starting over at step 0 would "
+            "overwrite the state file and take its checkpoint version backwards. Repair the "
+            "state file (its model_checkpoint_path naming the newest checkpoint), or remove "
+            "it to start over deliberately.")) from e
+    except ValueError:
+        pass  # the other refusals are latest_checkpoint's own
+
+
 class ChiefSessionCreator:
-    """Restores from ``checkpoint_dir``'s latest checkpoint, else initializes."""
+    """Restores from ``checkpoint_dir``'s latest checkpoint, else initializes.
+
+    Raises (from ``create_session``):
+        DataLossError: ``checkpoint_dir``'s ``checkpoint`` state file exists but cannot be
+            read or parsed (TF1 logs it and starts over at step 0; see docs/estimator.md).
+    """
 
     def __init__(self, scaffold: Scaffold | None = None, master: str = "", config: Any = None,
                  checkpoint_dir: str | None = None,
@@ -151,6 +175,7 @@ class ChiefSessionCreator:
         sess = Session(graph=get_default_graph())
         path = self._checkpoint_path
         if path is None and self._checkpoint_dir:
+            _refuse_broken_state(self._checkpoint_dir)
             path = ckpt.latest_checkpoint(self._checkpoint_dir)
         saver = self._scaffold.saver
         if path:

@@ -7,6 +7,7 @@ from typing import Any
 
 from .. import summary as _summary
 from ..errors import CkptsyncRuntimeError, CkptsyncValueError
+from ..summary.writer import write_or_warn
 from .basic_hooks import SecondOrStepTimer
 from .session_run_hook import SessionRunArgs, SessionRunContext, SessionRunHook, SessionRunValues
 from .training_util import get_global_step
@@ -75,14 +76,14 @@ class SummarySaverHook(SessionRunHook):
             global_step = int(run_context.session.run(self._global_step_tensor))
         if self._next_step is None:
             log_cls = _summary.SessionLog
-            writer.add_session_log(log_cls(status=log_cls.START), global_step)
+            write_or_warn(writer.add_session_log, log_cls(status=log_cls.START), global_step)
         if self._request_summary:
             self._timer.update_last_triggered_step(global_step)
             for value in run_values.results.get("summary", ()):
-                writer.add_summary(value, global_step)
+                write_or_warn(writer.add_summary, value, global_step)
         self._next_step = global_step + 1
 
     def end(self, session: Any) -> None:
         if self._summary_writer is not None:
-            self._summary_writer.flush()
+            write_or_warn(self._summary_writer.flush)
 
