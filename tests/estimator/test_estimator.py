@@ -330,3 +330,17 @@ def test_train_refuses_an_unparsable_state_file_evaluate_warns(tmp_path, caplog)
     with caplog.at_level("WARNING", logger="ckptsync"):
         assert est.latest_checkpoint() is None
     assert f"Unparsable checkpoint state {state}" in caplog.text
+
+
+def test_evaluate_whose_summary_write_fails_warns_and_returns(tmp_path, caplog, monkeypatch):
+    est = estimator(tmp_path)
+    est.train(input_fn, steps=2)
+
+    def full_disk(self, *args, **kwargs):
+        raise OSError(28, "No space left on device (evaluate test)")
+
+    monkeypatch.setattr(tf.summary.FileWriter, "add_summary", full_disk)
+    with caplog.at_level("WARNING", logger="ckptsync"):
+        metrics = est.evaluate(eval_input_fn)
+    assert metrics["global_step"] == 2 and "loss" in metrics
+    assert caplog.text.count("No space left on device (evaluate test)") == 1

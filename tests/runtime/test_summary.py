@@ -192,6 +192,33 @@ def test_file_writer_makes_a_new_file_when_its_directory_was_deleted(tmp_path):
     assert [e.step for e in _accumulate(str(logdir)).Scalars("x")] == [3]
 
 
+def test_writer_thread_failing_on_a_deleted_file_is_a_warning_then_recovers(tmp_path, caplog):
+    # tensorboard's writer thread dies when its timed flush finds the file gone: that is
+    # one warning (no traceback), and the next write goes to a new file.
+    import shutil
+    import threading
+    logdir = tmp_path / "d"
+    w = tf.summary.FileWriter(str(logdir), flush_secs=0.5)
+    s = tf.Summary(value=[tf.Summary.Value(tag="x", simple_value=1.0)])
+    with caplog.at_level("WARNING", logger="ckptsync"):
+        w.add_summary(s, 1)
+        shutil.rmtree(logdir)
+        # An event already handed to tensorboard's writer when the directory went (the
+        # race a FileWriter cannot see): its thread's timed flush fails.
+        try:
+            w._writer.add_event(tf.Event(step=1, summary=s))
+        except OSError:
+            pass  # the thread had died on the first one already
+        worker = w._writer._async_writer._worker
+        worker.join(timeout=30)
+        assert not worker.is_alive()
+        assert threading.excepthook.__name__ == "hook"
+    assert "Event writer thread stopped" in caplog.text
+    w.add_summary(s, 2)
+    w.close()
+    assert [e.step for e in _accumulate(str(logdir)).Scalars("x")] == [2]
+
+
 @pytest.mark.parametrize("sub", ["", "/sub/dir"])
 def test_file_writer_on_a_file_raises_failed_precondition_as_tf(tmp_path, sub):
     f = tmp_path / "file"

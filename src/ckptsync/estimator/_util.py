@@ -15,6 +15,7 @@ from .. import summary as _summary
 from ..data import Dataset, make_initializable_iterator
 from ..errors import CkptsyncTypeError, CkptsyncValueError
 from ..model_fn import EstimatorSpec, fn_args, missing_for_mode
+from ..summary.writer import write_or_warn
 from ..train import CheckpointSaverListener, SessionRunHook
 
 log = logging.getLogger("ckptsync.estimator")
@@ -188,7 +189,8 @@ def write_dict_to_summary(output_dir: str, dictionary: dict[str, Any], global_st
     checkpoint evaluated (tag ``checkpoint_path``, a string tensor) at ``global_step``
     to ``output_dir``'s cached writer (``tf.summary.FileWriterCache``: one event file
     per directory and process), as TF's ``_write_dict_to_summary`` and
-    ``_write_checkpoint_path_to_summary``."""
+    ``_write_checkpoint_path_to_summary``. A failed write is a warning (``write_or_warn``):
+    the evaluation's result is returned all the same."""
     log.info("Saving dict for global step %d: %s", global_step, ", ".join(
         f"{k} = {v}" for k, v in sorted(dictionary.items()) if not isinstance(v, bytes)))
     writer = _summary.FileWriterCache.get(output_dir)
@@ -210,12 +212,12 @@ def write_dict_to_summary(output_dir: str, dictionary: dict[str, Any], global_st
         else:
             log.warning("Skipping summary for %s, must be a float, np.float32, np.int64, "
                         "np.int32 or int or a serialized string of Summary.", key)
-    writer.add_summary(proto, global_step)
+    write_or_warn(writer.add_summary, proto, global_step)
     if checkpoint_path:
         path_proto = _summary.Summary()
         value = path_proto.value.add(tag="checkpoint_path")
         value.tensor.dtype = 7  # DT_STRING, a scalar: TF's make_tensor_proto(path)
         value.tensor.tensor_shape.SetInParent()
         value.tensor.string_val.append(checkpoint_path.encode())
-        writer.add_summary(path_proto, global_step)
-    writer.flush()
+        write_or_warn(writer.add_summary, path_proto, global_step)
+    write_or_warn(writer.flush)

@@ -29,6 +29,31 @@ log = logging.getLogger("ckptsync.summary")
 _warned: set[tuple[str, str]] = set()
 
 
+_hook_lock = threading.Lock()
+
+
+def _quiet_writer_threads() -> None:
+    """Installed with each writer unless there: an ``OSError`` that kills one of tensorboard's event writer
+    threads (its file deleted under it) is a warning, not a traceback on stderr; the
+    ``FileWriter`` recovers on its next call. Other threads' exceptions go to the hook
+    that was there before."""
+    with _hook_lock:
+        if getattr(threading.excepthook, "_ckptsync_writer", False):
+            return  # ours (checked, not remembered: a test runner may swap hooks back)
+        previous = threading.excepthook
+
+        def hook(args: Any) -> None:
+            if (type(args.thread).__name__ == "_AsyncWriterThread"
+                    and isinstance(args.exc_value, OSError)):
+                log.warning("Event writer thread stopped: %s (a new event file is made on "
+                            "the next write)", args.exc_value)
+                return
+            previous(args)
+
+        hook._ckptsync_writer = True  # type: ignore[attr-defined]
+        threading.excepthook = hook
+
+
 def write_or_warn(write: Callable[..., Any], *args: Any, **kwargs: Any) -> bool:
     """Calls ``write(*args, **kwargs)`` (a ``FileWriter`` method); an ``OSError`` or
     ``OpError`` from it is logged as a warning, once per cause (its class and message)
@@ -91,6 +116,7 @@ class FileWriter:
             self._open()
 
     def _open(self) -> None:
+        _quiet_writer_threads()
         _gfile.MakeDirs(self._logdir)
         max_queue, flush_secs, suffix = self._args
         try:
