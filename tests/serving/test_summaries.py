@@ -72,3 +72,30 @@ def test_serve_writes_version_load_time_delay_and_request_rates(tmp_path, model_
     assert [e.step for e in loads] == [1, 2] and all(e.value >= 0 for e in loads)
     delays = _scalars(logdir, "serving/publish_to_served_secs")
     assert [e.step for e in delays] == [1, 2] and all(0 <= e.value < 60 for e in delays)
+
+
+def test_a_failing_summary_write_is_one_warning_and_serving_goes_on(tmp_path, caplog):
+    """The serving side's writes go through ``write_or_warn``: a logdir replaced by a
+    regular file (the writer cannot make a new event file there) is one warning across
+    ticks, never an exception out of ``tick`` (which the server's thread would log every
+    second)."""
+    import shutil
+    import types
+
+    from ckptsync.serving.summaries import ServingSummaries
+
+    manager = types.SimpleNamespace(current=None, stats=None)
+    logdir = tmp_path / "tb"
+    summaries = ServingSummaries(manager, str(logdir))  # type: ignore[arg-type]
+    try:
+        summaries.tick()
+        shutil.rmtree(logdir)
+        logdir.write_text("not a directory")
+        with caplog.at_level("WARNING"):
+            summaries.tick()
+            summaries.tick()
+        failed = [r for r in caplog.records if "Writing summaries failed" in r.getMessage()]
+        assert len(failed) == 1 and "not a directory" in failed[0].getMessage()
+    finally:
+        logdir.unlink()
+        summaries.close()

@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from .. import summary as _summary
+from ..summary.writer import write_or_warn
 from .manager import ModelManager
 
 __all__ = ["ServingSummaries"]
@@ -66,8 +67,9 @@ class ServingSummaries:
 
     def _scalars(self, step: int, values: dict[str, float]) -> None:
         cls = self._summary
-        self._writer.add_summary(cls(value=[cls.Value(tag=k, simple_value=float(v))
-                                            for k, v in values.items()]), step)
+        write_or_warn(self._writer.add_summary,  # a full disk never stops serving
+                      cls(value=[cls.Value(tag=k, simple_value=float(v))
+                                 for k, v in values.items()]), step)
 
     def tick(self) -> None:
         """Writes one point of the rates and the served version (called by the thread
@@ -85,7 +87,7 @@ class ServingSummaries:
                 values["serving/errors_per_sec"] = (errors - self._last[2]) / dt
             self._last = (now, total, errors)
         self._scalars(step, values)
-        self._writer.flush()
+        write_or_warn(self._writer.flush)
 
     def check_version(self) -> None:
         """Writes ``load_secs`` and ``publish_to_served_secs`` of a newly served version."""
@@ -98,7 +100,7 @@ class ServingSummaries:
             per_version["serving/publish_to_served_secs"] = max(
                 0.0, snap.loaded_unix_s - snap.created_unix_s)
         self._scalars(int(snap.version), per_version)
-        self._writer.flush()
+        write_or_warn(self._writer.flush)
 
     def _run(self) -> None:
         next_tick = time.monotonic() + self._interval
