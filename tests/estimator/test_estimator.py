@@ -344,3 +344,18 @@ def test_evaluate_whose_summary_write_fails_warns_and_returns(tmp_path, caplog, 
         metrics = est.evaluate(eval_input_fn)
     assert metrics["global_step"] == 2 and "loss" in metrics
     assert caplog.text.count("No space left on device (evaluate test)") == 1
+
+
+def test_the_eval_event_file_holds_the_eval_graph(tmp_path):
+    """As TF's Estimator: the eval directory's writer is made inside the eval graph, so
+    TensorBoard shows that graph for ``eval/`` (it had 0 nodes)."""
+    from tensorboard.backend.event_processing import event_accumulator as ea
+
+    est = estimator(tmp_path)
+    est.train(input_fn, steps=2)
+    est.evaluate(input_fn, steps=1)
+    tf.summary.FileWriterCache.clear()
+    acc = ea.EventAccumulator(est.eval_dir())
+    acc.Reload()
+    nodes = [n.name for n in acc.Graph().node]
+    assert "global_step" in nodes and len(nodes) > 5

@@ -350,9 +350,10 @@ class Estimator:
             with MonitoredSession(session_creator=creator, hooks=all_hooks + [final]) as sess:
                 while not sess.should_stop():
                     sess.run(update_op)
-        results: dict[str, Any] = final.final_ops_values
-        _util.write_dict_to_summary(self.eval_dir(name), results,
-                                    int(results[GraphKeys.GLOBAL_STEP]), checkpoint_path)
+            results: dict[str, Any] = final.final_ops_values
+            # In the eval graph, as TF's: a new eval dir's event file holds that graph.
+            _util.write_dict_to_summary(self.eval_dir(name), results,
+                                        int(results[GraphKeys.GLOBAL_STEP]), checkpoint_path)
         return results
 
     # ------------------------------------------------------------------ export
