@@ -27,6 +27,17 @@ def wait_for_file(path: Path, proc: subprocess.Popen, timeout_s: float = 60.0) -
     raise AssertionError(f"{path} did not appear within {timeout_s} s")
 
 
+def serve(procs: list[subprocess.Popen], port_file: Path, model: str | Path,
+          checkpoint_dir: str | Path, *args: str) -> int:
+    """Starts ``infer serve --model MODEL --checkpoint-dir DIR --port 0 --port-file FILE
+    ARGS`` (stdout dropped, stderr piped), adds it to ``procs`` (ended by that fixture),
+    and returns its port once the port file names it (60 s at most)."""
+    server = subprocess.Popen(
+        cli("infer", "serve", "--model", str(model), "--checkpoint-dir", str(checkpoint_dir),
+            "--port", "0", "--port-file", str(port_file), *args),
+        env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    procs.append(server)
+    return int(wait_for_file(port_file, server))
 
 
 def env() -> dict[str, str]:

@@ -11,7 +11,7 @@ import numpy as np
 
 from ckptsync.data import load_digits
 
-from .conftest import REPO, cli, env, wait_for_file
+from .conftest import REPO, cli, env, serve
 
 CNN = str(REPO / "examples" / "digits_cnn.py")
 
@@ -28,12 +28,7 @@ def test_trainer_trains_the_cnn_and_the_server_answers_predict(tmp_path, procs):
     assert summary["held_out_accuracy"] >= 0.93, summary
 
     port_file = tmp_path / "port"
-    server = subprocess.Popen(
-        cli("infer", "serve", "--model", CNN, "--checkpoint-dir", str(ckpt_dir), "--port", "0",
-            "--port-file", str(port_file), "--model-name", "cnn"),
-        env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    procs.append(server)
-    port = int(wait_for_file(port_file, server))
+    port = serve(procs, port_file, CNN, ckpt_dir, "--model-name", "cnn")
     test = load_digits().test
     with httpx.Client(timeout=60) as client:
         r2 = client.post(f"http://127.0.0.1:{port}/v1/models/cnn:predict",

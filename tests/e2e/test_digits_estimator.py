@@ -16,7 +16,7 @@ import pytest
 from ckptsync.checkpoint import read_checkpoint
 from ckptsync.data import load_digits
 
-from .conftest import REPO, cli, env, wait_for_file
+from .conftest import REPO, cli, env, serve
 
 EXAMPLE = str(REPO / "examples" / "digits_estimator.py")
 
@@ -37,12 +37,7 @@ def test_trainer_run_trains_the_estimator_example_and_infer_serve_serves_it(tmp_
             "global_step"} <= names
 
     port_file = tmp_path / "port"
-    server = subprocess.Popen(
-        cli("infer", "serve", "--model", EXAMPLE, "--checkpoint-dir", str(ckpts), "--port",
-            "0", "--port-file", str(port_file), "--model-name", "digits"),
-        env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    procs.append(server)
-    port = int(wait_for_file(port_file, server))
+    port = serve(procs, port_file, EXAMPLE, ckpts, "--model-name", "digits")
     test = load_digits().test
     with httpx.Client(timeout=60) as client:
         r2 = client.post(f"http://127.0.0.1:{port}/v1/models/digits:predict",
@@ -81,12 +76,7 @@ def test_as_a_script_an_estimator_trains_it_and_infer_serve_serves_its_model_dir
     assert metrics["global_step"] == 200 and metrics["accuracy"] >= 0.9, metrics
     # The Estimator's checkpoints are ckptsync's: infer serve follows its model_dir.
     port_file = tmp_path / "port"
-    server = subprocess.Popen(
-        cli("infer", "serve", "--model", EXAMPLE, "--checkpoint-dir", str(model_dir),
-            "--port", "0", "--port-file", str(port_file), "--model-name", "digits"),
-        env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    procs.append(server)
-    port = int(wait_for_file(port_file, server))
+    port = serve(procs, port_file, EXAMPLE, model_dir, "--model-name", "digits")
     test = load_digits().test
     with httpx.Client(timeout=60) as client:
         out = client.post(f"http://127.0.0.1:{port}/v1/models/digits:predict",

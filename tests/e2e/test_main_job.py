@@ -13,18 +13,13 @@ import pytest
 from ckptsync import checkpoint as ckpt
 from ckptsync.data import load_digits
 
-from .conftest import MODEL, cli, env, wait_for_file
+from .conftest import MODEL, cli, env, serve
 
 
 def test_served_version_advances_while_trainer_runs_and_every_answer_is_200(tmp_path, procs):
     ckpt_dir = tmp_path / "ckpts"
     port_file = tmp_path / "port"
-    server = subprocess.Popen(
-        cli("infer", "serve", "--model", MODEL, "--checkpoint-dir", str(ckpt_dir), "--port", "0",
-            "--port-file", str(port_file), "--model-name", "digits", "--device", "cpu:1"),
-        env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    procs.append(server)
-    port = int(wait_for_file(port_file, server))
+    port = serve(procs, port_file, MODEL, ckpt_dir, "--model-name", "digits", "--device", "cpu:1")
     base = f"http://127.0.0.1:{port}"
     test = load_digits().test
     body = {"instances": test["x"].tolist()}

@@ -17,7 +17,7 @@ import pytest
 from ckptsync.checkpoint import read_checkpoint
 from ckptsync.data import load_digits
 
-from .conftest import cli, env, wait_for_file
+from .conftest import cli, env, serve
 
 # An MLP on the digits: PARAMS, tf.layers, tf.metrics, a raw serving receiver.
 MLP = textwrap.dedent("""
@@ -79,12 +79,7 @@ def test_a_model_fn_file_trains_with_trainer_run_and_is_served_by_infer_serve(tm
     assert "accuracy/total" not in arrays  # metrics are local variables: never saved
 
     port_file = tmp_path / "port"
-    server = subprocess.Popen(
-        cli("infer", "serve", "--model", str(model), "--checkpoint-dir", str(ckpts),
-            "--port", "0", "--port-file", str(port_file), "--model-name", "mlp"),
-        env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    procs.append(server)
-    port = int(wait_for_file(port_file, server))
+    port = serve(procs, port_file, model, ckpts, "--model-name", "mlp")
     test = load_digits().test
     with httpx.Client(timeout=60) as client:
         meta = client.get(f"http://127.0.0.1:{port}/v1/models/mlp/metadata").json()
@@ -138,12 +133,7 @@ def test_an_npz_gives_model_fn_every_array_but_y_as_features(tmp_path, procs):
     assert s["held_out_metrics"]["rmse"] < 0.2
     assert s["held_out_metrics"]["rmse"] == pytest.approx(np.sqrt(s["held_out_loss"]), rel=1e-4)
     port_file = tmp_path / "port"
-    server = subprocess.Popen(
-        cli("infer", "serve", "--model", str(model), "--checkpoint-dir", str(ckpts),
-            "--port", "0", "--port-file", str(port_file), "--model-name", "reg"),
-        env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    procs.append(server)
-    port = int(wait_for_file(port_file, server))
+    port = serve(procs, port_file, model, ckpts, "--model-name", "reg")
     with httpx.Client(timeout=60) as client:
         r = client.post(f"http://127.0.0.1:{port}/v1/models/reg:predict",
                         json={"inputs": {"a": [[1.0, 1.0]], "b": [[2.0]]}})

@@ -14,7 +14,7 @@ import pytest
 
 from ckptsync.data import load_digits
 
-from .conftest import cli, env, wait_for_file
+from .conftest import cli, env, serve
 
 MODEL = textwrap.dedent("""
     import ckptsync as tf
@@ -48,12 +48,7 @@ def test_every_export_output_is_a_signature_served_by_name(tmp_path, procs):
                        env=env(), capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stderr
     port_file = tmp_path / "port"
-    server = subprocess.Popen(
-        cli("infer", "serve", "--model", str(model), "--checkpoint-dir", str(ckpts),
-            "--port", "0", "--port-file", str(port_file), "--model-name", "m"),
-        env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    procs.append(server)
-    port = int(wait_for_file(port_file, server))
+    port = serve(procs, port_file, model, ckpts, "--model-name", "m")
     x = load_digits().test["x"][:5].tolist()
     url = f"http://127.0.0.1:{port}/v1/models/m"
     with httpx.Client(timeout=60) as client:
