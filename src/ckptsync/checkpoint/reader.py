@@ -17,7 +17,6 @@ import json
 import os
 import stat
 from collections.abc import Callable, Iterable, Sequence
-from types import TracebackType
 from typing import Any
 
 import h5py
@@ -27,6 +26,7 @@ from ..errors import CkptsyncError, CkptsyncRuntimeError, NotFoundError, OpError
 from . import _fast_read, _format, tf_bundle
 from ._atomic import op_error_from_os_error
 from ._read_io import _FLOAT64, _INT64, _RAW_READS, _ReadIO
+from ._reader_base import IndexedReader
 
 __all__ = ["Allocator", "CheckpointReader", "read_checkpoint", "read_checkpoint_into"]
 
@@ -52,7 +52,7 @@ def _key_not_found(name: str, path: str) -> OpError:
     return NotFoundError(None, None, f"Key {name} not found in checkpoint {path}")
 
 
-class CheckpointReader(_ReadIO):
+class CheckpointReader(_ReadIO, IndexedReader):
     """Reads one checkpoint file, as TF1's ``tf.train.NewCheckpointReader``.
 
     A prefix with ``<prefix>.index`` and no ``<prefix>.h5`` is TF's own (V2) checkpoint:
@@ -233,31 +233,8 @@ class CheckpointReader(_ReadIO):
             except Exception:  # a damaged file may fail to close; nothing to keep
                 pass
 
-    def __enter__(self) -> CheckpointReader:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
     def __del__(self) -> None:
         self.close()
-
-    def get_variable_to_shape_map(self) -> dict[str, list[int]]:
-        """Returns key → shape (list of ints, ``[]`` for scalars), from the index."""
-        return {n: list(e.shape) for n, e in self._index.items()}
-
-    def get_variable_to_dtype_map(self) -> dict[str, np.dtype]:
-        """Returns key → numpy dtype (native byte order), from the index."""
-        return {n: e.dtype for n, e in self._index.items()}
-
-    def has_tensor(self, name: str) -> bool:
-        """True if the checkpoint lists ``name`` (no ``:0`` suffix)."""
-        return name in self._index
 
     def get_tensor(self, name: str, verify: bool = True) -> np.ndarray:
         """Reads one variable into a new array.

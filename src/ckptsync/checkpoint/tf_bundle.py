@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Iterable, Mapping
-from types import TracebackType
 from typing import Any
 
 import numpy as np
@@ -39,6 +38,7 @@ from ..errors import (
 )
 from . import _format
 from ._atomic import op_error_from_os_error, publish
+from ._reader_base import IndexedReader
 from ._sstable import TableError, build_table, crc32c, mask_crc, read_table, unmask_crc
 from ._tf_protos import DATA_TYPES, BundleEntryProto, BundleHeaderProto
 from ._tf_slices import decode_slice_key
@@ -99,7 +99,7 @@ class _Entry:
                              for e in s.extent) for s in proto.slices]
 
 
-class TFBundleReader:
+class TFBundleReader(IndexedReader):
     """Reads one TF V2 checkpoint, with :class:`~.reader.CheckpointReader`'s interface.
 
     Opening reads and checks the whole ``.index`` (its table checksums, header and every
@@ -265,28 +265,9 @@ class TFBundleReader:
         for fd in fds.values():
             os.close(fd)
 
-    def __enter__(self) -> TFBundleReader:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
-
     def __del__(self) -> None:
         if hasattr(self, "_fds"):
             self.close()
-
-    def get_variable_to_shape_map(self) -> dict[str, list[int]]:
-        """Returns name → shape (list of ints, ``[]`` for scalars)."""
-        return {n: list(e.shape) for n, e in self._index.items()}
-
-    def get_variable_to_dtype_map(self) -> dict[str, np.dtype]:
-        """Returns name → numpy dtype (``object`` for a string tensor)."""
-        return {n: e.dtype for n, e in self._index.items()}
-
-    def has_tensor(self, name: str) -> bool:
-        """True if the checkpoint lists ``name`` (no ``:0`` suffix)."""
-        return name in self._index
 
     def get_tensor(self, name: str, verify: bool = True,
                    out: np.ndarray | None = None) -> np.ndarray:
