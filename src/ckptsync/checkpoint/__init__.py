@@ -35,6 +35,7 @@ Example:
 
 from ._atomic import op_error_from_os_error, sweep_temp_files
 from ._format import data_path
+from .digests import block_digests, block_rows, update_block_digests, variable_digest
 from .management import (
     NewCheckpointReader,
     checkpoint_exists,
@@ -60,6 +61,10 @@ from .writer import write_checkpoint
 
 __all__ = [
     "data_path",
+    "block_rows",
+    "block_digests",
+    "update_block_digests",
+    "variable_digest",
     "op_error_from_os_error",
     "write_checkpoint",
     "read_checkpoint",
