@@ -362,9 +362,7 @@ class Saver:
         count = writer.failed_count if writer is not None else 0
         if 0 < count <= len(self._rollback):
             self._retention = self._rollback[-count][1]
-            kept = self._retention.last_checkpoints_with_time
-            self._retention.set_last_checkpoints_with_time(
-                [(p, t) for p, t in kept if ckpt.checkpoint_exists(p)])
+            self._retention.forget_missing()
         self._rollback = []
 
     @property
