@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
         "ckptsync.session", "ckptsync.indexed_slices", "ckptsync.contrib", "ckptsync.graph_keys", "ckptsync.math", "ckptsync.linalg",
         "ckptsync.summary", "ckptsync.data",
         "ckptsync.losses", "ckptsync.metrics", "ckptsync.layers",
-        "ckptsync.random", "ckptsync.debugging", "ckptsync.v2_compat",
+        "ckptsync.random", "ckptsync.debugging", "ckptsync.v2_compat", "ckptsync.blocked_array",
     ),
     # The package's own __init__: curated re-exports of the runtime (subpackages above
     # it load lazily through its __getattr__).

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes as _dtypes
+from ..blocked_array import BlockedArray
 from ..errors import CkptsyncTypeError, CkptsyncValueError
 from ..graph import Operation, Tensor
 from ..indexed_slices import IndexedSlices
@@ -43,9 +44,13 @@ def _gather_index(params: np.ndarray, indices: np.ndarray, axis: int, b: int
     return view, (*index, indices)
 
 
-def _gather(op: Operation | None, params: np.ndarray, indices: np.ndarray, axis: int,
-            b: int) -> np.ndarray:
+def _gather(op: Operation | None, params: np.ndarray | BlockedArray, indices: np.ndarray,
+            axis: int, b: int) -> np.ndarray:
     idx = check_indices(op, indices, params.shape[axis])
+    if isinstance(params, BlockedArray):  # a served table stored in blocks (serving's COW)
+        if b == 0 and axis == 0:
+            return params.gather(idx)
+        params = params.to_ndarray()
     if b == 0 and axis == 0:
         return params[idx]
     view, index = _gather_index(params, idx, axis, b)
@@ -66,14 +71,15 @@ def _gather_kernel(params: np.ndarray, indices: np.ndarray, *, axis: int,
           grad=lambda op, g: _gather_grad(op, g))
 def _resource_gather_kernel(ctx: Any, op: Operation, _ref: None,
                             indices: np.ndarray) -> np.ndarray:
-    params = ctx.read(op.inputs[0].op.name)
+    params = ctx.read_rows_source(op.inputs[0].op.name)
     return _gather(op, params, indices, op.attrs["axis"], op.attrs["batch_dims"])
 
 
 @register("VariableShape", kind="stateful", ref_inputs=(0,), read_refs=(0,),
           not_differentiable=True)
 def _variable_shape_kernel(ctx: Any, op: Operation, _ref: None) -> np.ndarray:
-    return np.asarray(ctx.read(op.inputs[0].op.name).shape, dtype=op.attrs["out_type"].np)
+    return np.asarray(ctx.read_rows_source(op.inputs[0].op.name).shape,
+                      dtype=op.attrs["out_type"].np)
 
 
 @register("GatherGradValues")

@@ -26,6 +26,7 @@ from ..errors import InvalidArgumentError
 from ..graph import Graph, GraphKeys
 from ..model_spec import ModeKeys, load_build_net
 from ..session import Session
+from ..session.plan import needed_ops
 
 __all__ = [
     "TensorSpec",
@@ -142,6 +143,14 @@ class Servable(abc.ABC):
     @abc.abstractmethod
     def variable_specs(self) -> Mapping[str, TensorSpec]:
         """Checkpoint key -> spec of every variable a checkpoint must provide."""
+
+    @property
+    def row_gathered_variables(self) -> frozenset[str]:
+        """Checkpoint keys of the variables that ``run`` reads only by gathering rows of
+        dim 0 (an embedding table): their ``params`` value may be a
+        :class:`~ckptsync.blocked_array.BlockedArray` (the copy-on-write swap stores such a
+        table in blocks); every other value must be an ndarray. Default: none."""
+        return frozenset()
 
     @property
     def signatures(self) -> Mapping[str, Signature]:
@@ -338,6 +347,10 @@ class GraphServable(Servable):
             )
             for v in variables
         }
+        fetched = [*self._outputs.values()] + [
+            t for outs in (getattr(spec, "extra", None) or {}).get(
+                "signature_outputs", {}).values() for t in outs.values()]
+        self._row_gathered = _row_gathered(variables, fetched, list(self._inputs.values()))
         if hasattr(self._graph, "finalize"):
             self._graph.finalize()
         self._session = Session(graph=self._graph)
@@ -391,6 +404,10 @@ class GraphServable(Servable):
     def variable_specs(self) -> Mapping[str, TensorSpec]:
         return self._variable_specs
 
+    @property
+    def row_gathered_variables(self) -> frozenset[str]:
+        return self._row_gathered
+
     def run(
         self, params: Mapping[str, np.ndarray], inputs: Mapping[str, np.ndarray]
     ) -> dict[str, np.ndarray]:
@@ -407,3 +424,23 @@ class GraphServable(Servable):
 def _tensor_spec(key: str, tensor: Any) -> TensorSpec:
     dims = tensor.get_shape().as_list()
     return TensorSpec(key, np.dtype(tensor.dtype.as_numpy_dtype), tuple(dims or ()))
+
+
+def _row_gathered(variables: list[Any], fetched: list[Any], fed: list[Any]) -> frozenset[str]:
+    """The variables a run computing ``fetched`` from ``fed`` reads only through
+    ``ResourceGather`` along axis 0 (or only the shape of): never as a value."""
+    ops = needed_ops(fetched, {id(t) for t in fed})
+    ids = {id(op) for op in ops}
+    names = {v.op.name for v in variables if id(v.op) not in ids}  # not read as a value
+    gathered: set[str] = set()
+    for op in ops:
+        for i, t in enumerate(op.inputs):
+            name = t.op.name
+            if name not in names or t.op.type != "VariableV2":
+                continue
+            if op.type == "ResourceGather" and i == 0 and op.attrs.get("axis") == 0 \
+                    and op.attrs.get("batch_dims") == 0:
+                gathered.add(name)
+            elif op.type != "VariableShape":
+                names.discard(name)
+    return frozenset(names & gathered)

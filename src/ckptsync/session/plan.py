@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..blocked_array import BlockedArray
 from ..errors import FailedPreconditionError, InvalidArgumentError, OpError
 from ..ops.registry import get_op_def
 from ..tensor import Operation, Tensor
@@ -57,7 +58,9 @@ class RunContext:
 
     def read(self, name: str) -> np.ndarray:
         """Variable ``name``'s value as of now: this run's last write of it, else its
-        value in ``params``, else in the session.
+        value in ``params``, else in the session. A ``params`` value that is a
+        :class:`~ckptsync.blocked_array.BlockedArray` is returned as a plain ndarray (a
+        copy; the gathers read it with :meth:`read_rows_source` instead).
 
         Raises:
             FailedPreconditionError: the variable has no value (not initialized).
@@ -69,12 +72,21 @@ class RunContext:
         if self._params is not None:
             v = self._params.get(name)
             if v is not None:
-                return v
+                return v if type(v) is not BlockedArray else v.to_ndarray()
         v = self._variables.get(name)
         if v is None:
             raise FailedPreconditionError(
                 None, None, f"Attempting to use uninitialized value {name}")
         return v
+
+    def read_rows_source(self, name: str) -> np.ndarray | BlockedArray:
+        """As :meth:`read`, but a row-blocked ``params`` value is returned as it is: for
+        kernels that read only rows of dim 0 (``ResourceGather``) or the shape."""
+        if self._params is not None and not self.writes:
+            v = self._params.get(name)
+            if type(v) is BlockedArray:
+                return v
+        return self.read(name)
 
     def write(self, name: str, value: np.ndarray) -> None:
         """Sets variable ``name``: read so by the rest of this run, and in the session

@@ -1,0 +1,325 @@
+"""A row-blocked, immutable ``[rows, ...]`` array whose versions share untouched blocks.
+
+The server keeps a big table that only gathers read (an embedding) as a
+:class:`BlockedArray`: its rows lie in blocks of ``block_rows`` consecutive rows of dim 0
+(the checkpoint format's block, ``checkpoint.block_rows``), and a slot map says where each
+block lies in its :class:`BlockPool`, one pool of fixed-size physical blocks shared by every
+version made from one another::
+
+    logical row i  ->  block i // B  ->  slot[i // B] (a physical block)  ->  row
+                       phys = slot[i // B] * B + i % B   (within the pool's arenas)
+
+A version is immutable once made. :meth:`BlockedArray.with_rows` makes the next version
+from it plus changed rows: it copies only the touched blocks into free physical blocks
+(blocks that no live version maps), writes the changed rows there, and shares every other
+block with its predecessor. A version's blocks become free when it is garbage (no request
+holds it), so a server that swaps versions forever reuses the same blocks: the pool grows
+only when the versions alive at once need more than it has.
+
+Readers: ``GatherV2`` (axis 0) and ``ResourceGather`` call :meth:`BlockedArray.gather`;
+any other consumer gets a plain ndarray (:meth:`BlockedArray.to_ndarray`, a copy of the
+whole table: correct, slow; ``RunContext.read`` does that for a kernel that reads the
+variable's value).
+
+Thread-safety: reads (:meth:`gather`, :meth:`to_ndarray`, :meth:`block_view`) take no
+lock and may run on any number of threads while another thread makes a new version;
+:meth:`with_rows` takes the pool's lock (one new version at a time per pool).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import weakref
+from typing import Any
+
+import numpy as np
+
+from .errors import CkptsyncValueError
+
+__all__ = ["BlockPool", "BlockedArray"]
+
+_BLOCK_BYTES = 4096  # as checkpoint.digests.BLOCK_BYTES (this layer may not import it)
+
+
+def default_block_rows(shape: tuple[int, ...], itemsize: int) -> int:
+    """``max(1, 4096 // row_nbytes)``: the checkpoint format's rows per block."""
+    row_nbytes = math.prod(shape[1:]) * itemsize
+    return max(1, _BLOCK_BYTES // max(1, row_nbytes))
+
+
+class BlockPool:
+    """The physical blocks of one table, shared by its versions.
+
+    Storage is a tuple of *arenas*, each ``[capacity_k * block_rows, *row_shape]``
+    (arena 0 may be the array a full load read, of exactly ``rows`` rows); physical block
+    ``p`` lies in the arena whose range of block numbers holds it. Arenas are added, never
+    removed or moved, so a version keeps reading the arenas it was made with.
+
+    Attributes:
+        block_rows: rows per block (B). rows: rows of the table. dtype, row_shape: of a row.
+
+    Thread-safety: :meth:`_new_version` holds the lock; the attributes a reader uses are
+    replaced (new tuples), never mutated.
+    """
+
+    def __init__(self, base: np.ndarray, block_rows: int):
+        self.block_rows = block_rows
+        self.rows = int(base.shape[0])
+        self.dtype = base.dtype
+        self.row_shape: tuple[int, ...] = tuple(base.shape[1:])
+        self.n_blocks = -(-self.rows // block_rows)
+        self.arenas: tuple[np.ndarray, ...] = (base,)
+        self.starts: np.ndarray = np.zeros(1, np.int64)  # first block number of each arena
+        self.capacity_blocks = self.n_blocks
+        # Arena 0's short last block can hold only the table's own last block.
+        self._reserved = (np.array([self.n_blocks - 1], np.int64)
+                          if self.rows % block_rows else np.zeros(0, np.int64))
+        self._live: list[weakref.ref[BlockedArray]] = []
+        self._lock = threading.Lock()
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of every arena (the pool's memory)."""
+        return sum(a.nbytes for a in self.arenas)
+
+    @property
+    def live_versions(self) -> int:
+        """Versions of this table still alive (held by a snapshot or a request)."""
+        return sum(1 for r in self._live if r() is not None)
+
+    def _free_blocks(self, k: int) -> np.ndarray:
+        """``k`` physical blocks that no live version maps (grows the pool if needed).
+        Holds the lock."""
+        live = [v for v in (r() for r in self._live) if v is not None]
+        self._live = [weakref.ref(v) for v in live]
+        used = np.zeros(self.capacity_blocks, bool)
+        used[self._reserved] = True
+        for v in live:
+            used[v._slots] = True
+        free = np.flatnonzero(~used)
+        if free.size < k:
+            grow = max(k - free.size, -(-self.n_blocks // 16), 8)
+            start = self.capacity_blocks
+            arena = np.empty((grow * self.block_rows, *self.row_shape), self.dtype)
+            self.arenas = (*self.arenas, arena)
+            self.starts = np.append(self.starts, start)
+            self.capacity_blocks = start + grow
+            free = np.concatenate([free, np.arange(start, start + grow, dtype=np.int64)])
+        return free[:k]
+
+    def _register(self, version: BlockedArray) -> None:
+        self._live.append(weakref.ref(version))
+
+
+class BlockedArray:
+    """One immutable version of a ``[rows, *row_shape]`` table stored in blocks.
+
+    Make the first version with :meth:`adopt` (from a full load), the next ones with
+    :meth:`with_rows`. Indexing reads go through :meth:`gather`.
+
+    Attributes:
+        shape, dtype, ndim, size, nbytes: as the ndarray it stands for (``nbytes`` is
+            logical, not the pool's memory).
+        block_rows: rows per block. pool: the :class:`BlockPool` it shares.
+    """
+
+    __slots__ = ("shape", "dtype", "block_rows", "pool", "_slots", "_arenas", "_starts",
+                 "__weakref__")
+
+    def __init__(self, pool: BlockPool, slots: np.ndarray):
+        self.pool = pool
+        self.block_rows = pool.block_rows
+        self.shape: tuple[int, ...] = (pool.rows, *pool.row_shape)
+        self.dtype: np.dtype = pool.dtype
+        slots.setflags(write=False)
+        self._slots = slots
+        self._arenas = pool.arenas
+        self._starts = pool.starts
+        pool._register(self)
+
+    @classmethod
+    def adopt(cls, arr: np.ndarray, block_rows: int | None = None) -> BlockedArray:
+        """The first version of a table: ``arr``'s memory becomes the pool's arena 0 (no
+        copy when ``arr`` is C-contiguous and its memory writable, e.g. a full load's
+        read; else one copy). Do not write into ``arr`` afterwards.
+
+        Args:
+            arr: ``[rows, ...]``, rank >= 1.
+            block_rows: rows per block; default the checkpoint format's
+                (``max(1, 4096 // row_nbytes)``).
+
+        Raises:
+            CkptsyncValueError: ``arr`` is 0-d or ``block_rows`` < 1.
+        """
+        arr = np.asarray(arr)
+        if arr.ndim == 0:
+            raise CkptsyncValueError("BlockedArray: a 0-d value has no rows to block; "
+                                     "expected an array of rank >= 1.")
+        b = default_block_rows(arr.shape, arr.dtype.itemsize) if block_rows is None \
+            else int(block_rows)
+        if b < 1:
+            raise CkptsyncValueError(f"BlockedArray: block_rows must be >= 1, got {b}.")
+        base = _writable(arr)
+        pool = BlockPool(base, b)
+        return cls(pool, np.arange(pool.n_blocks, dtype=np.int64))
+
+    # -- ndarray-like ------------------------------------------------------------------
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def slots(self) -> np.ndarray:
+        """int64 ``[n_blocks]``, read-only: the physical block of each logical block."""
+        return self._slots
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return (f"BlockedArray(shape={self.shape}, dtype={self.dtype.name}, "
+                f"block_rows={self.block_rows})")
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = self.to_ndarray()
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    # -- reads ---------------------------------------------------------------------------
+    def gather(self, indices: Any) -> np.ndarray:
+        """Rows at ``indices``, as ``ndarray[indices]`` (a new array).
+
+        Args:
+            indices: integer array ``[*i]``, each in ``[0, rows)`` (negative ids are
+                refused, as TF's CPU gather).
+
+        Returns:
+            ``[*i, *row_shape]`` of the table's dtype.
+
+        Raises:
+            IndexError: an index out of range (names the first, as ``check_indices``).
+            TypeError: ``indices`` are not integers.
+        """
+        idx = np.asarray(indices)
+        if idx.dtype.kind not in "iu":
+            raise TypeError(f"BlockedArray.gather: indices must be integers, got "
+                            f"{idx.dtype.name}")
+        flat = idx.reshape(-1)
+        n = self.shape[0]
+        if flat.size and (flat.min() < 0 or flat.max() >= n):
+            k = int(np.flatnonzero((flat < 0) | (flat >= n))[0])
+            raise IndexError(f"indices[{k}] = {int(flat[k])} is not in [0, {n})")
+        return self._rows(flat.astype(np.int64, copy=False)).reshape(
+            idx.shape + self.shape[1:])
+
+    def _rows(self, flat: np.ndarray) -> np.ndarray:
+        """Rows ``flat`` (int64, in range) as ``[k, *row_shape]``."""
+        b = self.block_rows
+        blk = flat // b
+        off = flat - blk * b
+        phys = self._slots[blk]
+        arenas = self._arenas
+        if len(arenas) == 1:
+            return arenas[0][phys * b + off]
+        which = np.searchsorted(self._starts, phys, side="right") - 1
+        out = np.empty((flat.size, *self.shape[1:]), self.dtype)
+        for a in np.unique(which).tolist():
+            m = which == a
+            out[m] = arenas[a][(phys[m] - self._starts[a]) * b + off[m]]
+        return out
+
+    def to_ndarray(self) -> np.ndarray:
+        """The whole table as a new C-contiguous ndarray ``[rows, *row_shape]``."""
+        return self._rows(np.arange(self.shape[0], dtype=np.int64))
+
+    def block_view(self, block: int) -> np.ndarray:
+        """Logical block ``block``'s rows, a read-only view ``[<= B, *row_shape]`` of the
+        pool (valid while this version lives)."""
+        b, n = self.block_rows, self.shape[0]
+        if not 0 <= block < self._slots.size:
+            raise IndexError(f"block {block} is not in [0, {self._slots.size})")
+        p = int(self._slots[block])
+        a = int(np.searchsorted(self._starts, p, side="right") - 1)
+        first = (p - int(self._starts[a])) * b
+        view = self._arenas[a][first:first + min(b, n - block * b)]
+        view = view.view()
+        view.setflags(write=False)
+        return view
+
+    # -- the next version ----------------------------------------------------------------
+    def with_rows(self, rows: Any, values: Any) -> tuple[BlockedArray, np.ndarray, np.ndarray]:
+        """The next version: this one with rows ``rows`` set to ``values``; every block
+        no row falls in is shared with this version, each touched block is copied once.
+
+        Args:
+            rows: int64 ``[k]`` indices of dim 0, unique (sorted or not).
+            values: ``[k, *row_shape]`` of the table's dtype (cast if needed).
+
+        Returns:
+            ``(new version, touched blocks (sorted int64 [t]), their rows' values)``: the
+            last is ``[rows in touched blocks, *row_shape]`` C-contiguous, block after
+            block (each block's rows back to back), for hashing the new blocks.
+
+        Raises:
+            CkptsyncValueError: a row out of range, or ``values`` of the wrong shape.
+        """
+        r = np.asarray(rows, dtype=np.int64).reshape(-1)
+        vals = np.asarray(values, dtype=self.dtype)
+        n, b = self.shape[0], self.block_rows
+        if vals.shape != (r.size, *self.shape[1:]):
+            raise CkptsyncValueError(
+                f"BlockedArray.with_rows: values have shape {list(vals.shape)}; expected "
+                f"{[r.size, *self.shape[1:]]} for {r.size} rows of a table {list(self.shape)}.")
+        if r.size and (r.min() < 0 or r.max() >= n):
+            raise CkptsyncValueError(
+                f"BlockedArray.with_rows: rows must lie in [0, {n}); got rows from "
+                f"{int(r.min())} to {int(r.max())}.")
+        blocks = np.unique(r // b)
+        span = (blocks[:, None] * b + np.arange(b, dtype=np.int64)).reshape(-1)
+        span = span[span < n]  # the last block may be short
+        data = self._rows(span)  # a copy of the touched blocks as they are
+        data[np.searchsorted(span, r)] = vals
+        pool = self.pool
+        with pool._lock:
+            fresh = pool._free_blocks(blocks.size)
+            slots = self._slots.copy()
+            slots[blocks] = fresh
+            new = BlockedArray(pool, slots)
+            blk = span // b
+            dst = fresh[np.searchsorted(blocks, blk)]
+            off = span - blk * b
+            _scatter(new._arenas, new._starts, b, dst, off, data)
+        return new, blocks, data
+
+
+def _scatter(arenas: tuple[np.ndarray, ...], starts: np.ndarray, b: int, phys: np.ndarray,
+             off: np.ndarray, data: np.ndarray) -> None:
+    """Writes ``data[j]`` at row ``off[j]`` of physical block ``phys[j]``."""
+    which = np.searchsorted(starts, phys, side="right") - 1
+    for a in np.unique(which).tolist():
+        m = which == a
+        arenas[a][(phys[m] - starts[a]) * b + off[m]] = data[m]
+
+
+def _writable(arr: np.ndarray) -> np.ndarray:
+    """``arr`` as a writable C-contiguous array over the same memory where possible (a
+    read-only view of writable memory, such as a writable shared mapping, is made
+    writable), else a copy."""
+    if arr.flags.c_contiguous:
+        if arr.flags.writeable:
+            return arr
+        view = arr.view()
+        try:
+            view.setflags(write=True)
+            return view
+        except ValueError:  # read-only memory (a read-only mapping): copy
+            pass
+    return np.array(arr, order="C", copy=True)
