@@ -120,13 +120,15 @@ def writable_value(ctx: Any, name: str) -> tuple[np.ndarray, bool]:
     """Variable ``name``'s array for a kernel to update rows of, and whether that is in
     place (nobody else holds the array; see the module docstring), else a copy. The
     caller must hold no reference to the variable's array of its own (it would force a
-    copy), and must ``ctx.write(name, array)`` afterwards. For the row-update kernels
-    (scatter ops, the optimizers' ``SparseApply*``)."""
+    copy), and must ``ctx.write_rows(name, array, rows)`` afterwards. For the row-update
+    kernels (scatter ops, the optimizers' ``SparseApply*``). An array updated in place is
+    noted in ``ctx.in_place`` (it changes even if the run fails)."""
     if name in ctx.writes:  # an earlier write of this run: on a copy of it
         return np.array(ctx.writes[name], copy=True), False
     arr = ctx.read(name)
     if (sys.getrefcount(arr) <= _OWNED_REFS and arr.flags.writeable
             and arr.flags.c_contiguous and arr.base is None):
+        ctx.in_place.add(name)
         return arr, True
     return np.array(arr, copy=True), False
 
@@ -148,7 +150,7 @@ def _scatter(ctx: Any, op: Operation, updates: np.ndarray, indices: np.ndarray,
         flat = idx.reshape(-1)
         rows = np.broadcast_to(upd, want).reshape((flat.size,) + arr.shape[1:])
         _update_rows(arr, flat, rows, how)
-    ctx.write(name, arr)
+    ctx.write_rows(name, arr, idx)
     return arr
 
 

@@ -16,12 +16,15 @@ Modules, in the order a run uses them:
 ``fused_matmul``     ``MatMul -> BiasAdd [-> Relu]`` as one step (TF's remapper).
 ``inplace_inputs``   producers that write straight into a consumer's buffers
                      (``out=``; the distributed allreduce).
+``changes``          :class:`~.changes.ChangeTracker`: which variables (rows) runs
+                     changed (``Session.track_changes``).
 ==================== =================================================================
 
 The default-session stack lives beside the default graph, in :mod:`ckptsync.graph`.
 """
 
 from ..graph import get_default_session
+from .changes import ChangeTracker
 from .config import (
     ConfigProto,
     GPUOptions,
@@ -33,5 +36,6 @@ from .config import (
 from .session import ArrayCallable, InteractiveSession, Session
 
 __all__ = ["Session", "InteractiveSession", "get_default_session", "ArrayCallable",
+           "ChangeTracker",
            "ConfigProto", "GPUOptions", "GraphOptions", "OptimizerOptions", "RunOptions",
            "RunMetadata"]

@@ -32,7 +32,9 @@ class RunContext:
     A read sees the run's own writes so far (``writes``), as TF1's ref variables (a
     kernel updating a variable after another one in the same run builds on its update);
     the writes land in the session together when the run ends, so that other runs see
-    all of them or none.
+    all of them or none. A kernel says what it changed: :meth:`write` (the whole value)
+    or :meth:`write_rows` (rows of dim 0 only), which the session's change trackers
+    record (:mod:`.changes`).
 
     Args:
         variables: the session's values, variable op name -> array (read, never written).
@@ -43,7 +45,8 @@ class RunContext:
             once (not when the run ends).
     """
 
-    __slots__ = ("_variables", "_rng", "_params", "writes", "scratch", "resources")
+    __slots__ = ("_variables", "_rng", "_params", "writes", "row_writes", "in_place",
+                 "scratch", "resources")
 
     def __init__(self, variables: Mapping[str, np.ndarray],
                  rng: Callable[[Operation], np.random.Generator],
@@ -53,6 +56,12 @@ class RunContext:
         self._rng = rng
         self._params = params
         self.writes: dict[str, np.ndarray] = {}  # this run's; land in the session at its end
+        # name -> the row indices of each write_rows of it, for the names of ``writes``
+        # that only write_rows wrote (a later write() of the name drops it: whole).
+        self.row_writes: dict[str, list[np.ndarray]] = {}
+        # names whose session array a kernel updated in place (``writable_value``): they
+        # changed even if the run then fails.
+        self.in_place: set[str] = set()
         self.scratch: dict[Any, Any] = {}
         self.resources: dict[str, Any] = {} if resources is None else resources
 
@@ -90,8 +99,29 @@ class RunContext:
 
     def write(self, name: str, value: np.ndarray) -> None:
         """Sets variable ``name``: read so by the rest of this run, and in the session
-        when the run ends."""
+        when the run ends; the whole variable changed (see :meth:`write_rows`)."""
         self.writes[name] = value
+        if self.row_writes:
+            self.row_writes.pop(name, None)
+
+    def write_rows(self, name: str, value: np.ndarray, rows: np.ndarray) -> None:
+        """:meth:`write`, saying that only rows ``rows`` (integer indices of dim 0, any
+        shape, order or repetition) of ``value`` differ from the variable's value before
+        (a superset is fine). For the row-update kernels (scatter ops, ``SparseApply*``).
+        A :meth:`write` of ``name`` earlier or later in the run makes the change whole.
+
+        ``rows`` is kept by reference until the run ends: do not change it.
+        """
+        writes = self.writes
+        if (name in writes and name not in self.row_writes) or value.ndim == 0:
+            writes[name] = value  # a whole change stays whole
+            return
+        writes[name] = value
+        parts = self.row_writes.get(name)
+        if parts is None:
+            self.row_writes[name] = [rows]
+        else:
+            parts.append(rows)
 
     def rng(self, op: Operation) -> np.random.Generator:
         """The random generator of ``op`` in this session (seeded by its attrs)."""

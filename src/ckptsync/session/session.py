@@ -14,6 +14,9 @@ calls (:mod:`.plan`).
 names to arrays) instead of the session's store, for that run only. This is how a server
 evaluates an immutable parameter snapshot while another thread swaps in the next one.
 
+Which variables (and rows) runs change is recorded by the trackers of
+:meth:`Session.track_changes` (:mod:`.changes`; the incremental ``Saver``'s source).
+
 Thread-safety: ``run`` may be called from many threads at once; assignments from
 concurrent runs land whole, one run after another.
 """
@@ -38,6 +41,7 @@ from ..errors import (
 )
 from ..graph import Graph, Operation, Tensor, default_session, get_default_graph
 from ..variables import Variable
+from .changes import Changes, ChangeTracker, Trackers
 from .config import apply_config
 from .fetches import FetchMapper
 from .plan import Plan, RunContext
@@ -81,6 +85,7 @@ class Session:
         self._plans: dict[Any, Plan] = {}
         self._mappers: dict[int, FetchMapper] = {}
         self._lock = threading.Lock()
+        self._trackers = Trackers()  # the ChangeTrackers, weakly (changed under _lock)
         self._closed = False
         self._default_ctx: Any = None
 
@@ -89,6 +94,7 @@ class Session:
         """Frees the variable values. Further runs raise ``RuntimeError``."""
         self._closed = True
         self._vars = {}
+        self._trackers = Trackers()
         self._resources = {}
         self._plans = {}
 
@@ -165,6 +171,8 @@ class Session:
             new[name] = arr
         with self._lock:
             self._vars.update(new)
+            if self._trackers.refs:
+                self._trackers.record(list(new), {})
 
     def restore_buffers(self, names: list[str]) -> dict[str, np.ndarray]:
         """The arrays of variables ``names`` (op names) that a restore may overwrite in
@@ -191,6 +199,54 @@ class Session:
                         and arr.flags.writeable):
                     out[name] = arr
         return out
+
+    # ---------------------------------------------------------------- changes
+    def track_changes(self) -> ChangeTracker:
+        """A new :class:`~.changes.ChangeTracker` that records, from now on, which
+        variables every run changes as it lands (as a whole, or which rows of dim 0, for
+        the row-update kernels: scatter ops, ``SparseApply*``, the SGD sparse path) and
+        :meth:`write_variables`'s whole changes (restore, ``Variable.load``); an
+        initializer is a run (a whole change). Take its changes with
+        :meth:`read_variables_and_changes`. A ckptsync extension (the incremental
+        ``Saver``'s source): nothing is compared or copied, O(rows written) per run.
+
+        The session references the tracker weakly: drop it to stop tracking.
+
+        Thread-safety: may be called while other threads run; a run landing after the
+        call is recorded.
+        """
+        with self._lock:
+            return self._trackers.add(self)
+
+    def read_variables_and_changes(self, names: list[str], tracker: ChangeTracker
+                                   ) -> tuple[dict[str, np.ndarray], Changes]:
+        """``(values, changes)``: the current values of variables ``names`` (op names,
+        as :meth:`read_variables`: the session's own arrays, do not write into them) and
+        what changed of each since ``tracker``'s last take, taken together between two
+        runs' landings; the tracker forgets the changes of ``names`` (only those).
+
+        ``changes[name]`` is ``None`` (changed as a whole) or the changed rows of dim 0
+        (sorted unique int64 ``[k]``; a superset of the rows whose bytes differ); a name
+        not in ``changes`` did not change. A save that fails after this gives the changes
+        back with :meth:`ChangeTracker.put_back`.
+
+        Raises:
+            FailedPreconditionError: a variable has no value (names the first).
+            ValueError: ``tracker`` is not one of this session's.
+
+        Thread-safety: may be called while other threads run. A run in flight that
+        updates rows in place (see ``ops.scatter_ops``) may already show in ``values``
+        before its rows are recorded (then they are in the next take): take between
+        runs, as the ``Saver`` does, for values and changes of one moment.
+        """
+        if not isinstance(tracker, ChangeTracker) or not tracker.owned_by(self):
+            raise CkptsyncValueError(
+                f"read_variables_and_changes: {tracker!r} is not a ChangeTracker of this "
+                "session (make one with Session.track_changes()).")
+        with self._lock:
+            values = self.read_variables(names)
+            changes = tracker.take(names)
+        return values, changes
 
     def _rng(self, op: Operation) -> np.random.Generator:
         g = self._rngs.get(op.name)
@@ -327,18 +383,26 @@ class Session:
         ctx = RunContext(self._vars, self._rng, params, self._resources)
         i = 0
         try:
-            with np.errstate(all="ignore"):
-                for i, step in enumerate(plan.steps):  # noqa: B007
-                    step(values, ctx)
-        except OpError:
+            try:
+                with np.errstate(all="ignore"):
+                    for i, step in enumerate(plan.steps):  # noqa: B007
+                        step(values, ctx)
+            except OpError:
+                raise
+            except (ValueError, TypeError, IndexError, ArithmeticError, MemoryError) as e:
+                op = plan.ops[i]
+                raise InvalidArgumentError(
+                    None, op, f"{op.type} op '{op.name}' failed: {e}") from e
+        except BaseException:
+            if ctx.in_place and self._trackers.refs:  # changed, though the run failed
+                self._trackers.land(ctx, None, self._lock)
             raise
-        except (ValueError, TypeError, IndexError, ArithmeticError, MemoryError) as e:
-            op = plan.ops[i]
-            raise InvalidArgumentError(
-                None, op, f"{op.type} op '{op.name}' failed: {e}") from e
         if ctx.writes:
-            with self._lock:
-                self._vars.update(ctx.writes)
+            if self._trackers.refs:
+                self._trackers.land(ctx, self._vars, self._lock)
+            else:
+                with self._lock:
+                    self._vars.update(ctx.writes)
         return [None if s is None else values[s] for s in plan.fetch_slots]
 
     def _mapper_for(self, fetches: Any) -> FetchMapper:

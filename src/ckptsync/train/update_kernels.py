@@ -13,7 +13,8 @@ sums duplicates first).
 Dense kernels never write into the arrays they read (a fetch or a snapshot may hold
 them): they build new ones. Sparse kernels update the rows in place when nobody else holds
 the arrays (``ops.scatter_ops.writable_value``, as the scatter ops), so a step costs the
-rows looked up, not the table.
+rows looked up, not the table, and report only those rows as changed, of the variable and
+of every slot (``RunContext.write_rows``).
 """
 
 from __future__ import annotations
@@ -69,6 +70,9 @@ def _register_rule(op_type: str, n_refs: int, grad_at: int, rule: Rule) -> None:
                 full = writable_value(ctx, n)[0]  # in place unless someone holds it
                 full[idx] = r
                 new.append(full)
+            for n, a in zip(names, new):
+                ctx.write_rows(n, a, idx)  # only the rows idx of var and slots changed
+            return new[0]
         for n, a in zip(names, new):
             ctx.write(n, a)
         return new[0]
@@ -209,6 +213,6 @@ def _sparse_momentum(ctx: Any, op: Operation, *args: Any) -> np.ndarray:
     del var, accum  # held here, the arrays could not be updated in place
     var, accum = writable_value(ctx, vn)[0], writable_value(ctx, an)[0]
     var[idx], accum[idx] = new_v, new_a
-    ctx.write(an, accum)
-    ctx.write(vn, var)
+    ctx.write_rows(an, accum, idx)
+    ctx.write_rows(vn, var, idx)
     return var
