@@ -4,7 +4,8 @@
 * :class:`LoopHook`: fetches the loss, measures speed, evaluates, throttles, reports
   :class:`~.trainer.Progress` and stops on the stop event.
 * :class:`PreflightHook`: runs the loss over the training set once before step 1.
-* :func:`make_evaluator`: held-out loss (and accuracy for a classifier) from a model spec.
+* :func:`make_evaluator`: held-out loss (and accuracy for a classifier, AUC for a binary
+  model) from a model spec.
 
 Thread-safety: as every hook, these run in the training loop's thread; only the stop
 event given to :class:`LoopHook` may be set from another thread.
@@ -21,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..data import DataError
+from ..data import DataError, roc_auc
 from ..errors import InvalidArgumentError
 from ..ops.math_ops import argmax
 from ..train.basic_hooks import CheckpointSaverHook, NanLossDuringTrainingError
@@ -36,7 +37,7 @@ from ..train.training_util import get_global_step
 from .options import Progress, TrainerOptions
 
 __all__ = ["EVAL_BATCH", "Evaluation", "FiniteSaver", "LoopHook", "PreflightHook",
-           "classes_output", "is_classifier", "make_evaluator", "nan_refusal"]
+           "binary_output", "classes_output", "is_classifier", "make_evaluator", "nan_refusal"]
 
 #: Rows per ``session.run`` when the whole training or test set is evaluated.
 EVAL_BATCH = 4096
@@ -213,8 +214,9 @@ class Evaluation:
         accuracy: the fraction in [0, 1] of rows whose predicted class is the label; None
             for a model that is not a classifier.
         metrics: a ``model_fn``'s ``eval_metric_ops`` values over the held-out rows, name
-            -> float (a non-scalar metric as a list), e.g. ``{"accuracy": 0.97}``; empty
-            for a ``build_net`` model.
+            -> float (a non-scalar metric as a list), e.g. ``{"accuracy": 0.97}``; for a
+            ``build_net`` model ``{"auc": 0.63}`` if it is binary (:func:`binary_output`),
+            else empty.
     """
 
     loss: float | None
@@ -254,11 +256,29 @@ def classes_output(spec: Any) -> Any:
     return out
 
 
+def binary_output(spec: Any) -> Any:
+    """The click/positive probability ``[batch]`` (or ``[batch, 1]``) of a binary model:
+    its ``logistic`` output (the name of TF's binary classification head's sigmoid
+    prediction) when it has exactly one label; None otherwise."""
+    if len(spec.labels or {}) != 1:
+        return None
+    out = spec.outputs.get("logistic")
+    if out is None:
+        return None
+    shape = out.get_shape()
+    if shape.ndims not in (None, 1, 2) or (shape.ndims == 2 and shape[1] not in (None, 1)):
+        return None
+    return out
+
+
 def make_evaluator(spec: Any, test: Any) -> Callable[[Any], Evaluation]:
     """``evaluate(session)`` -> :class:`Evaluation` over ``test`` (name -> array): the
-    held-out loss (when ``test`` holds every input and label), and for a classifier
+    held-out loss (when ``test`` holds every input and label), for a classifier
     (:func:`is_classifier`) the accuracy of the ``classes`` output (or of the argmax of
-    the sole ``[batch, classes]`` output). Both are None for an empty ``test``.
+    the sole ``[batch, classes]`` output), and for a binary model (:func:`binary_output`)
+    ``metrics["auc"]``, the ROC AUC of its ``logistic`` output against the 0/1 label
+    (left out when the held-out labels hold one class only). All None/empty for an
+    empty ``test``.
 
     Raises:
         OpError: (from ``evaluate``) the model's graph fails on the held-out rows.
@@ -266,22 +286,32 @@ def make_evaluator(spec: Any, test: Any) -> Callable[[Any], Evaluation]:
     feeds = {**spec.inputs, **(spec.labels or {})}
     has_all = bool(test) and all(k in test for k in feeds)
     out = classes_output(spec)
+    prob = binary_output(spec)
     rows = len(next(iter(test.values()))) if has_all else 0
-    y_name = next(iter(spec.labels)) if out is not None else None
+    y_name = next(iter(spec.labels)) if out is not None or prob is not None else None
 
     def evaluate(sess: Any) -> Evaluation:
         if not rows or spec.loss is None:
             return Evaluation(None, None)
         loss_sum, correct = 0.0, 0
-        fetches = [spec.loss] if out is None else [spec.loss, out]
+        scores: list[np.ndarray] = []
+        fetches = {"loss": spec.loss, **({"classes": out} if out is not None else {}),
+                   **({"prob": prob} if prob is not None else {})}
         for i in range(0, rows, EVAL_BATCH):
             chunk = {feeds[k]: test[k][i:i + EVAL_BATCH] for k in feeds}
             n = len(next(iter(chunk.values())))
             values = sess.run(fetches, chunk)
-            loss_sum += float(values[0]) * n
+            loss_sum += float(values["loss"]) * n
             if out is not None:
                 labels = test[y_name][i:i + EVAL_BATCH]
-                correct += int(np.sum(values[1].reshape(-1) == labels.reshape(-1)))
-        return Evaluation(loss_sum / rows, None if out is None else correct / rows)
+                correct += int(np.sum(values["classes"].reshape(-1) == labels.reshape(-1)))
+            if prob is not None:
+                scores.append(np.asarray(values["prob"]).reshape(-1))
+        metrics: dict[str, Any] = {}
+        if prob is not None:
+            y = np.asarray(test[y_name]).reshape(-1)
+            if np.all((y == 0) | (y == 1)) and 0 < int(y.sum()) < len(y):
+                metrics["auc"] = roc_auc(y, np.concatenate(scores))
+        return Evaluation(loss_sum / rows, None if out is None else correct / rows, metrics)
 
     return evaluate

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..data import DataError, LabeledData, load_dataset
+from ..datasets import CTR_FEATURES
 from ..graph import Operation, Tensor
 from ..model_spec import ModelFileError
 
@@ -30,13 +31,16 @@ LABEL_NAME = "y"
 def load_model_fn_data(spec: str) -> LabeledData:
     """The ``--data`` set of a ``model_fn`` model file: ``digits`` and ``mnist:DIR`` give
     feature ``x`` ``[rows, 64]`` / ``[rows, 784]`` float32 and label ``y`` ``[rows]``
-    int64; a ``FILE.npz`` gives label ``y`` and every other array (less the ``NAME_test``
+    int64; ``synthetic-ctr`` features ``user_id``, ``item_id`` and label ``y`` (clicks),
+    int64 ``[rows]``; a ``FILE.npz`` gives label ``y`` and every other array (less the ``NAME_test``
     held-out arrays) as a feature, sorted by name.
 
     Raises:
         DataError: any loader error, or an ``.npz`` without an array ``y`` or without a
             feature array.
     """
+    if spec == "synthetic-ctr" or spec.startswith("synthetic-ctr:"):
+        return load_dataset(spec, CTR_FEATURES, (LABEL_NAME,))
     if not spec.endswith(".npz"):
         return load_dataset(spec, ("x",), (LABEL_NAME,))
     try:

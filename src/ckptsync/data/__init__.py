@@ -1,5 +1,6 @@
 """``cs.data``: TF1's ``tf.data`` (``Dataset``, iterators) and the training data of
-``trainer run`` (the bundled digits, MNIST, ``.npz`` files as numpy arrays, and the
+``trainer run`` (the bundled digits, MNIST, ``.npz`` files, synthetic click logs as numpy
+arrays, the ROC AUC of a binary model's scores, and the
 seeded :class:`BatchIterator`, from :mod:`ckptsync.datasets`).
 
 ``cs.data.Dataset`` is TF's input pipeline; the named arrays a loader returns are a
@@ -16,6 +17,8 @@ from ..datasets import (  # noqa: F401
     load_digits,
     load_mnist,
     load_npz,
+    load_synthetic_ctr,
+    roc_auc,
 )
 from .dataset_ops import Dataset, TensorSpec  # noqa: F401
 from .iterator_ops import (  # noqa: F401

@@ -1,4 +1,5 @@
-"""Data sets for ``trainer run --data``: ``digits``, ``mnist:DIR``, ``FILE.npz``.
+"""Data sets for ``trainer run --data``: ``digits``, ``mnist:DIR``, ``FILE.npz``,
+``synthetic-ctr`` (:mod:`.ctr`).
 
 Every loader returns a :class:`LabeledData`: a train and a held-out split of named arrays.
 Features are float32 scaled to [0, 1]; labels are int64.
@@ -9,6 +10,9 @@ Features are float32 scaled to [0, 1]; labels are int64.
   ``.gz``) from DIR: features ``[n, 784]`` (pixel / 255); the official test set is held out.
 - ``FILE.npz``: arrays named after the model's input and label keys; optional arrays
   ``<name>_test`` give the held-out split, else the last 20 % is held out.
+- ``synthetic-ctr[:rows=N,seed=S,users=U,items=I]``: synthetic click logs (int64
+  ``user_id``, ``item_id`` hashed into 1,000,000 buckets, label ``click`` in {0, 1});
+  see :mod:`.ctr`.
 """
 
 from __future__ import annotations
@@ -195,6 +199,8 @@ def load_dataset(spec: str, feature_names: tuple[str, ...], label_names: tuple[s
     Raises:
         DataError: an unknown spec, or any loader error.
     """
+    if spec == "synthetic-ctr" or spec.startswith("synthetic-ctr:"):
+        return _load_ctr(spec, feature_names, label_names)
     if spec == "digits":
         ds = load_digits()
     elif spec.startswith("mnist:"):
@@ -202,7 +208,8 @@ def load_dataset(spec: str, feature_names: tuple[str, ...], label_names: tuple[s
     elif spec.endswith(".npz"):
         return load_npz(spec, feature_names, label_names)
     else:
-        raise DataError(f"Unknown --data {spec!r}: expected 'digits', 'mnist:DIR' or a FILE.npz.")
+        raise DataError(f"Unknown --data {spec!r}: expected 'digits', 'mnist:DIR', "
+                        "'synthetic-ctr' or a FILE.npz.")
     if len(feature_names) != 1 or len(label_names) != 1:
         raise DataError(
             f"--data {spec} provides one feature and one label array, but the model has inputs "
@@ -210,3 +217,29 @@ def load_dataset(spec: str, feature_names: tuple[str, ...], label_names: tuple[s
     fx, fy = feature_names[0], label_names[0]
     return LabeledData(ds.name, {fx: ds.train["x"], fy: ds.train["y"]},
                    {fx: ds.test["x"], fy: ds.test["y"]}, (fx,), (fy,))
+
+
+def _load_ctr(spec: str, feature_names: tuple[str, ...], label_names: tuple[str, ...]
+              ) -> LabeledData:
+    """``synthetic-ctr``: the model's inputs must be ``user_id`` and ``item_id``; its one
+    label gets ``click``."""
+    from .ctr import (  # deferred: .ctr imports this module (DataError, LabeledData)
+        CTR_FEATURES,
+        CTR_LABEL,
+        load_synthetic_ctr,
+        parse_synthetic_ctr,
+    )
+
+    if sorted(feature_names) != sorted(CTR_FEATURES) or len(label_names) != 1:
+        raise DataError(
+            f"--data {spec} provides features {list(CTR_FEATURES)} (int64 [batch]) and one "
+            f"label {CTR_LABEL!r}, but the model has inputs {list(feature_names)} and labels "
+            f"{list(label_names)}; name the inputs {' and '.join(CTR_FEATURES)} and give it "
+            "one label (see examples/ctr_embedding.py).")
+    ds = load_synthetic_ctr(**parse_synthetic_ctr(spec))
+    (fy,) = label_names
+
+    def rename(split: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {**{k: split[k] for k in CTR_FEATURES}, fy: split[CTR_LABEL]}
+
+    return LabeledData(ds.name, rename(ds.train), rename(ds.test), CTR_FEATURES, (fy,))
