@@ -317,3 +317,55 @@ def test_bad_arguments_are_named():
         assert isinstance(mine, ChangeTracker)
         with pytest.raises(FailedPreconditionError, match="uninitialized value t"):
             sess.read_variables_and_changes(["t"], mine)
+
+
+def test_dense_updates_report_whole_and_rows_inside_a_cond_or_callable_are_rows():
+    g, t, d, init = _table_graph()
+    with g.as_default():
+        ema = cs.train.ExponentialMovingAverage(0.9)
+        average = ema.apply([d])
+        avg_name = ema.average(d).op.name
+        flag = cs.placeholder(cs.bool, [])
+        in_cond = cs.cond(flag, lambda: cs.scatter_add(t, [11, 4], [[1.0, 1.0]] * 2),
+                          lambda: cs.identity(t))
+        ids = cs.placeholder(cs.int32, [None])
+        add = cs.scatter_add(t, ids, cs.ones_like(cs.gather(t, ids)))
+        init_avg = cs.global_variables_initializer()
+    with cs.Session(graph=g) as sess:
+        sess.run(init_avg)
+        tracker = sess.track_changes()
+        sess.run(average)
+        assert sess.read_variables_and_changes(["t", "d", avg_name], tracker)[1] == {
+            avg_name: None}
+        sess.run(in_cond, {flag: False})
+        assert sess.read_variables_and_changes(["t"], tracker)[1] == {}
+        sess.run(in_cond, {flag: True})
+        np.testing.assert_array_equal(
+            sess.read_variables_and_changes(["t"], tracker)[1]["t"], [4, 11])
+        step = sess.make_callable(add, [ids])
+        step(np.array([17, 2], np.int32))
+        np.testing.assert_array_equal(
+            sess.read_variables_and_changes(["t"], tracker)[1]["t"], [2, 17])
+
+
+def test_many_runs_between_takes_union_exactly():
+    g, t, d, init = _table_graph(rows=500)
+    with g.as_default():
+        ids = cs.placeholder(cs.int32, [None])
+        add = cs.scatter_add(t, ids, cs.ones_like(cs.gather(t, ids)))
+    rng = np.random.default_rng(7)
+    batches = [rng.integers(0, 500, rng.integers(1, 20)) for _ in range(150)]
+    with cs.Session(graph=g) as sess:
+        sess.run(init)
+        tracker = sess.track_changes()
+        step = sess.make_callable(add, [ids])
+        for b in batches[:100]:  # more runs than the tracker keeps unmerged
+            step(b)
+        _, changes = sess.read_variables_and_changes(["t"], tracker)
+        np.testing.assert_array_equal(changes["t"], np.unique(np.concatenate(batches[:100])))
+        tracker.put_back({"t": np.array([499, 3, 499, 0])})  # any order, repeats
+        for b in batches[100:]:
+            step(b)
+        _, changes = sess.read_variables_and_changes(["t"], tracker)
+    np.testing.assert_array_equal(
+        changes["t"], np.unique(np.concatenate(batches[100:] + [np.array([0, 3, 499])])))

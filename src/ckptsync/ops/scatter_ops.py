@@ -122,13 +122,13 @@ def writable_value(ctx: Any, name: str) -> tuple[np.ndarray, bool]:
     caller must hold no reference to the variable's array of its own (it would force a
     copy), and must ``ctx.write_rows(name, array, rows)`` afterwards. For the row-update
     kernels (scatter ops, the optimizers' ``SparseApply*``). An array updated in place is
-    noted in ``ctx.in_place`` (it changes even if the run fails)."""
+    noted (``ctx.note_in_place``: it changes even if the run fails)."""
     if name in ctx.writes:  # an earlier write of this run: on a copy of it
         return np.array(ctx.writes[name], copy=True), False
     arr = ctx.read(name)
     if (sys.getrefcount(arr) <= _OWNED_REFS and arr.flags.writeable
             and arr.flags.c_contiguous and arr.base is None):
-        ctx.in_place.add(name)
+        ctx.note_in_place(name)
         return arr, True
     return np.array(arr, copy=True), False
 

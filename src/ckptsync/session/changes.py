@@ -39,12 +39,20 @@ _MAX_PENDING = 32
 
 
 def _unique_rows(parts: list[np.ndarray]) -> np.ndarray:
-    """Sorted unique int64 rows ``[k]`` of ``parts`` (integer arrays of any shape)."""
+    """Sorted unique int64 rows ``[k]`` of ``parts`` (integer arrays of any shape), a new
+    array. Linear for rows already sorted and unique (a ``SparseApply*``'s indices)."""
     if len(parts) == 1:
-        u = np.unique(parts[0])  # flattens
+        a = np.asarray(parts[0]).reshape(-1).astype(np.int64)  # a copy
     else:
-        u = np.unique(np.concatenate([np.asarray(p).reshape(-1) for p in parts]))
-    return u.astype(np.int64, copy=False)
+        a = np.concatenate([np.asarray(p).reshape(-1) for p in parts]).astype(
+            np.int64, copy=False)
+    if a.size > 1 and not (a[1:] > a[:-1]).all():
+        a.sort(kind="stable")  # runs of sorted parts: merged, not sorted from scratch
+        keep = np.empty(a.size, dtype=bool)
+        keep[0] = True
+        np.not_equal(a[1:], a[:-1], out=keep[1:])
+        a = a[keep]
+    return a
 
 
 def run_changes(ctx: RunContext, names: Iterable[str] | None = None
@@ -53,7 +61,7 @@ def run_changes(ctx: RunContext, names: Iterable[str] | None = None
     wrote as a whole, and per name it wrote only rows of, those rows (sorted unique int64
     ``[k]``; a name whose rows are none is left out). New arrays: nothing of the run's
     values is kept."""
-    row_writes = ctx.row_writes
+    row_writes = ctx.row_writes or {}
     written = ctx.writes if names is None else names
     whole = [n for n in written if n not in row_writes]
     rows: dict[str, np.ndarray] = {}
@@ -64,6 +72,15 @@ def run_changes(ctx: RunContext, names: Iterable[str] | None = None
             if r.size:
                 rows[n] = r
     return whole, rows
+
+
+def _compact(parts: list[np.ndarray]) -> None:
+    """Merges ``parts`` (``parts[0]`` sorted unique) into at most two sorted unique
+    arrays: the tail alone while it is smaller than the head, else all of them (so each
+    row is merged O(log) times however long nobody takes)."""
+    tail = _unique_rows(parts[1:])
+    parts[:] = [_unique_rows([parts[0], tail])] if tail.size >= parts[0].size else [
+        parts[0], tail]
 
 
 class ChangeTracker:
@@ -105,7 +122,7 @@ class ChangeTracker:
                 else:
                     parts.append(r)
                     if len(parts) > _MAX_PENDING:
-                        parts[:] = [_unique_rows(parts)]
+                        _compact(parts)
 
     def take(self, names: Iterable[str]) -> Changes:
         """The changes of ``names`` since the last take, and forgets them (a name not in
@@ -198,7 +215,7 @@ class Trackers:
         (the session's). ``variables`` None: the run failed, and only the arrays it
         updated in place (``ctx.in_place``) changed: records those."""
         if variables is None:
-            whole, rows = run_changes(ctx, sorted(ctx.in_place))
+            whole, rows = run_changes(ctx, sorted(ctx.in_place or ()))
         else:
             whole, rows = run_changes(ctx)  # outside the lock: O(rows written)
         with lock:

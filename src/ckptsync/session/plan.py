@@ -58,10 +58,11 @@ class RunContext:
         self.writes: dict[str, np.ndarray] = {}  # this run's; land in the session at its end
         # name -> the row indices of each write_rows of it, for the names of ``writes``
         # that only write_rows wrote (a later write() of the name drops it: whole).
-        self.row_writes: dict[str, list[np.ndarray]] = {}
+        # None until the first write_rows (a run that writes no rows makes no dict).
+        self.row_writes: dict[str, list[np.ndarray]] | None = None
         # names whose session array a kernel updated in place (``writable_value``): they
-        # changed even if the run then fails.
-        self.in_place: set[str] = set()
+        # changed even if the run then fails. None until the first.
+        self.in_place: set[str] | None = None
         self.scratch: dict[Any, Any] = {}
         self.resources: dict[str, Any] = {} if resources is None else resources
 
@@ -112,16 +113,26 @@ class RunContext:
 
         ``rows`` is kept by reference until the run ends: do not change it.
         """
-        writes = self.writes
-        if (name in writes and name not in self.row_writes) or value.ndim == 0:
+        writes, row_writes = self.writes, self.row_writes
+        if row_writes is None:
+            row_writes = self.row_writes = {}
+        if (name in writes and name not in row_writes) or value.ndim == 0:
             writes[name] = value  # a whole change stays whole
             return
         writes[name] = value
-        parts = self.row_writes.get(name)
+        parts = row_writes.get(name)
         if parts is None:
-            self.row_writes[name] = [rows]
+            row_writes[name] = [rows]
         else:
             parts.append(rows)
+
+    def note_in_place(self, name: str) -> None:
+        """Says that variable ``name``'s array in the session is being updated in place
+        (it changes even if the run fails; see ``ops.scatter_ops.writable_value``)."""
+        if self.in_place is None:
+            self.in_place = {name}
+        else:
+            self.in_place.add(name)
 
     def rng(self, op: Operation) -> np.random.Generator:
         """The random generator of ``op`` in this session (seeded by its attrs)."""
