@@ -94,9 +94,16 @@ def test_missing_index(good: Path) -> None:
 
 def test_unsupported_format_version(good: Path) -> None:
     with h5py.File(good, "r+") as f:
+        f.attrs["ckptsync_format_version"] = np.int64(4)
+    with pytest.raises(DataLossError, match=r"format version 4 is not supported \(expected one "
+                       r"of 1, 2, 3\); upgrade ckptsync"):
+        CheckpointReader(good)
+
+
+def test_format_1_file_relabelled_as_format_3_is_refused(good: Path) -> None:
+    with h5py.File(good, "r+") as f:
         f.attrs["ckptsync_format_version"] = np.int64(3)
-    with pytest.raises(DataLossError, match=r"format version 3 is not supported \(expected one "
-                       r"of 1, 2\)"):
+    with pytest.raises(DataLossError, match="index is malformed"):
         CheckpointReader(good)
 
 

@@ -35,7 +35,9 @@ Example:
 
 from ._atomic import op_error_from_os_error, sweep_temp_files
 from ._format import data_path
+from .changes import CheckpointChanges, VariableChange, checkpoint_chain, read_changes
 from .digests import block_digests, block_rows, update_block_digests, variable_digest
+from .incremental import write_incremental_checkpoint
 from .management import (
     NewCheckpointReader,
     checkpoint_exists,
@@ -67,6 +69,11 @@ __all__ = [
     "variable_digest",
     "op_error_from_os_error",
     "write_checkpoint",
+    "write_incremental_checkpoint",
+    "checkpoint_chain",
+    "read_changes",
+    "CheckpointChanges",
+    "VariableChange",
     "read_checkpoint",
     "CheckpointReader",
     "NewCheckpointReader",

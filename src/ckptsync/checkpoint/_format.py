@@ -25,7 +25,10 @@ from ..errors import CkptsyncTypeError, CkptsyncValueError
 
 FORMAT_VERSION = 1  # every variable its own dataset
 PACKED_FORMAT_VERSION = 2  # small variables of a large layout packed into one (``_pack``)
-FORMAT_VERSIONS = (FORMAT_VERSION, PACKED_FORMAT_VERSION)
+DELTA_FORMAT_VERSION = 3  # an incremental checkpoint (``_delta``): what changed since a base
+FORMAT_VERSIONS = (FORMAT_VERSION, PACKED_FORMAT_VERSION, DELTA_FORMAT_VERSION)
+# What a version is, for the message of a reader that does not read it.
+VERSION_NOTES = {DELTA_FORMAT_VERSION: "an incremental checkpoint"}
 DATA_SUFFIX = ".h5"
 INDEX_GROUP = "_ckptsync"
 INDEX_DATASET = "_ckptsync/index"

@@ -155,6 +155,11 @@ class RootValues:
         index_hash: the index dataset's ``xxh3_64`` attribute.
         format_version: the ``ckptsync_format_version`` attribute (2 with a pack).
         pack_hash: the pack dataset's ``xxh3_64`` attribute (format 2 only).
+        links: more root string attributes, ``(name, value)``, after ``metadata_json``
+            (an incremental checkpoint's ``base``/``parent`` and their index hashes).
+        extra: more datasets ``(path, array, xxh3_64)`` written by HDF5 after the pack
+            and before the index (an incremental checkpoint's ``/_ckptsync/rows`` and
+            ``/_ckptsync/changes``).
     """
 
     global_step: int | None
@@ -166,6 +171,8 @@ class RootValues:
     index_hash: str
     format_version: int = _format.FORMAT_VERSION
     pack_hash: str = ""
+    links: tuple[tuple[str, str], ...] = ()
+    extra: tuple[tuple[str, np.ndarray, str], ...] = ()
 
 
 def write_layout(
@@ -205,6 +212,8 @@ def write_layout(
     w.attr(root, b"created_unix_s", np.asarray(np.float64(values.created_unix_s)))
     w.str_attr(root, b"writer", values.writer)
     w.str_attr(root, b"metadata_json", values.metadata_json)
+    for attr_name, text in values.links:
+        w.str_attr(root, attr_name.encode("ascii"), text)
     hash_attr = _format.HASH_ATTR.encode("ascii")
     for name, digest in zip(names, values.hashes):
         arr = arrays[name]
@@ -222,6 +231,13 @@ def write_layout(
         try:
             where[_format.PACK_DATASET] = dsid.get_offset() if pack.nbytes else None
             w.str_attr(dsid, hash_attr, values.pack_hash)
+        finally:
+            dsid.close()
+    for path, arr, digest in values.extra:
+        dsid = w.dataset(path.encode("ascii"), arr, False)
+        try:
+            where[path] = dsid.get_offset() if arr.nbytes else None
+            w.str_attr(dsid, hash_attr, digest)
         finally:
             dsid.close()
     dsid = w.dataset(_format.INDEX_DATASET.encode("ascii"), values.index, False)

@@ -80,7 +80,7 @@ class _ReadIO:
     _file: h5py.File | None
     _fd: int | None
     _size_bytes: int
-    _index: dict[str, _format.IndexEntry]
+    _stored: dict[str, _format.IndexEntry]  # what the file stores (the index's entries)
     _paths: dict[str, bytes]
     _pack_at: int | None  # file offset of the pack's bytes (format 2), else None
 
@@ -315,7 +315,7 @@ class _ReadIO:
             raise CkptsyncRuntimeError(f"Checkpoint reader for {self._path} is closed.")
         if self._pack_at is None:
             return self._read_datasets(names, verify, outs, verify_first)
-        index = self._index
+        index = self._stored
         entries = [index[n] for n in names]
         if outs is None:
             outs = [np.empty(e.shape, e.dtype) for e in entries]
@@ -386,7 +386,7 @@ class _ReadIO:
         failure: CkptsyncError | None = None
         try:
             for name in names:
-                entry = self._index[name]
+                entry = self._stored[name]
                 try:
                     ds = self._open_dataset(self._paths[name])
                     if ds is None:

@@ -23,7 +23,7 @@ import h5py
 import numpy as np
 
 from ..errors import CkptsyncError, CkptsyncRuntimeError, NotFoundError, OpError
-from . import _fast_read, _format, tf_bundle
+from . import _compose, _delta, _fast_read, _format, tf_bundle
 from ._atomic import op_error_from_os_error
 from ._read_io import _FLOAT64, _INT64, _RAW_READS, _ReadIO
 from ._reader_base import IndexedReader
@@ -148,9 +148,12 @@ class CheckpointReader(_ReadIO, IndexedReader):
             raise self._loss("no 'ckptsync_format_version' attribute; not a ckptsync file")
         version = self._attr(fid, "ckptsync_format_version", _INT64)
         if not isinstance(version, np.integer) or int(version) not in _format.FORMAT_VERSIONS:
+            note = _format.VERSION_NOTES.get(int(version)) \
+                if isinstance(version, np.integer) else None
             raise self._loss(
-                f"format version {version} is not supported (expected one of "
-                f"{', '.join(map(str, _format.FORMAT_VERSIONS))}); upgrade ckptsync"
+                f"format version {version}{f' ({note})' if note else ''} is not supported "
+                f"(expected one of {', '.join(map(str, _format.FORMAT_VERSIONS))}); "
+                f"upgrade ckptsync"
             )
         self._format_version = int(version)
         step = self._attr(fid, "global_step", _INT64)
@@ -169,13 +172,48 @@ class CheckpointReader(_ReadIO, IndexedReader):
         if not isinstance(meta, dict):
             raise self._loss("metadata_json is not a JSON object")
         self._metadata: dict[str, Any] = meta
-        self._index = self._load_index()
-        stored = [k for k, e in self._index.items() if e.pack is None]
+        raw = self._load_index()
+        # A delta (format 3) stores changed values and rows (``_stored``); its variables
+        # (``_index``) are composed with its base's (``_compose``).
+        self._delta: _delta.ChangeTable | None = None
+        self._chain: Any = None  # a delta's open chain (``_compose.Chain``), once read
+        try:
+            if self._format_version == _delta.DELTA_FORMAT_VERSION:
+                self._stored, self._delta = _delta.decode_delta_index(raw)
+                self._index = _delta.composed_entries(self._delta)
+            else:
+                self._stored = self._index = _format.decode_index(raw, self._format_version)
+        except ValueError as e:  # includes JSON and UTF-8 errors
+            raise self._loss(f"index is malformed ({e})") from e
+        self._link = self._load_link()
+        stored = [k for k, e in self._stored.items() if e.pack is None]
         self._paths = {k: p.encode("ascii") for k, p in _format.hdf5_paths(stored).items()}
         self._pack_at: int | None = None
-        if len(stored) < len(self._index):
+        if len(stored) < len(self._stored):
             self._pack_at = self._check_pack(
-                sum(e.nbytes for e in self._index.values() if e.pack is not None))
+                sum(e.nbytes for e in self._stored.values() if e.pack is not None))
+
+    def _load_link(self) -> tuple[str, str] | None:
+        """(predecessor basename, its index hash) from the root attributes: a delta's
+        ``base`` (which must agree with its index), a full checkpoint's ``parent``."""
+        assert self._file is not None
+        names = (_delta.BASE_ATTR, _delta.BASE_HASH_ATTR) if self._delta is not None \
+            else (_delta.PARENT_ATTR, _delta.PARENT_HASH_ATTR)
+        got = [self._attr(self._file.id, n) for n in names]
+        got = [v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in got]
+        if self._delta is not None:
+            if got != [self._delta.link, self._delta.link_index_xxh3]:
+                raise self._loss(f"root attributes {names[0]!r}/{names[1]!r} {got} disagree "
+                                 f"with the index ({self._delta.link!r})")
+        elif got == [None, None]:
+            return None
+        try:
+            link = _delta.check_link(got[0])
+        except ValueError as e:
+            raise self._loss(str(e)) from None
+        if not isinstance(got[1], str) or not _format._HEX16_RE.match(got[1]):
+            raise self._loss(f"root attribute {names[1]!r} is {got[1]!r}, not 16 hex digits")
+        return link, got[1]
 
     def _str_attr(self, name: str) -> str:
         assert self._file is not None
@@ -186,7 +224,7 @@ class CheckpointReader(_ReadIO, IndexedReader):
             raise self._loss(f"{name} attribute is missing or not a string")
         return value
 
-    def _load_index(self) -> dict[str, _format.IndexEntry]:
+    def _load_index(self) -> bytes:
         name = _format.INDEX_DATASET
         ds = self._open_dataset(name.encode("ascii"))
         if ds is None:
@@ -202,10 +240,8 @@ class CheckpointReader(_ReadIO, IndexedReader):
             raw = self._read_planned([plan], verify=True)[0]
         finally:
             ds.close()
-        try:
-            return _format.decode_index(raw.tobytes(), self._format_version)
-        except ValueError as e:  # includes JSON and UTF-8 errors
-            raise self._loss(f"index is malformed ({e})") from e
+        self._index_xxh3 = entry.xxh3_64
+        return raw.tobytes()
 
     def _check_pack(self, nbytes: int) -> int:
         """Checks format 2's pack dataset (uint8 ``[nbytes]``, contiguous, inside the
@@ -225,7 +261,11 @@ class CheckpointReader(_ReadIO, IndexedReader):
 
     # -- public API -------------------------------------------------------------------
     def close(self) -> None:
-        """Closes the file. Idempotent; later calls to get_tensor raise."""
+        """Closes the file (and a delta's chain). Idempotent; later calls to get_tensor
+        raise."""
+        chain, self._chain = getattr(self, "_chain", None), None
+        if chain is not None:
+            chain.close()
         f, self._file = self._file, None
         if f is not None:
             try:
@@ -257,7 +297,35 @@ class CheckpointReader(_ReadIO, IndexedReader):
             raise _key_not_found(name, self._path)
         if self._file is None:
             raise CkptsyncRuntimeError(f"Checkpoint reader for {self._path} is closed.")
+        if self._delta is not None:
+            out = np.empty(entry.shape, entry.dtype)
+            return _compose.read_composed(self, [name], [out], verify)[0]
         return self._read_tensors([name], verify)[0]
+
+    @property
+    def is_delta(self) -> bool:
+        """True for an incremental checkpoint (format version 3): its values compose
+        with its base's (``checkpoint_chain``)."""
+        return self._delta is not None
+
+    @property
+    def predecessor(self) -> str | None:
+        """The prefix this checkpoint records as its predecessor (in its directory): a
+        delta's base, or a full checkpoint's parent; None for a plain full one."""
+        if self._link is None:
+            return None
+        return os.path.join(os.path.dirname(self._path), self._link[0])
+
+    @property
+    def predecessor_index_xxh3(self) -> str | None:
+        """The predecessor's index hash this checkpoint records (None without one)."""
+        return None if self._link is None else self._link[1]
+
+    @property
+    def index_xxh3(self) -> str:
+        """The xxh3_64 of this file's index bytes (what a delta on it records as
+        ``base_index_xxh3``)."""
+        return self._index_xxh3
 
     @property
     def path(self) -> str:
@@ -281,7 +349,8 @@ class CheckpointReader(_ReadIO, IndexedReader):
 
     @property
     def format_version(self) -> int:
-        """The ckptsync format version: 1, or 2 for a packed layout (``_pack``)."""
+        """The ckptsync format version: 1, 2 for a packed layout (``_pack``), 3 for an
+        incremental checkpoint (``_delta``)."""
         return self._format_version
 
     @property
@@ -388,6 +457,9 @@ def _read_into(prefix: str | os.PathLike[str], wanted: Sequence[str] | None,
         if missing:
             raise _key_not_found(missing[0], reader.path)
         outs = outs_for([reader._index[n] for n in keys])
+        if reader.is_delta:
+            return dict(zip(keys, _compose.read_composed(reader, keys, outs, verify,
+                                                         verify_first)))
         out = dict(zip(keys, reader._read_tensors(keys, verify, outs, verify_first)))
         _fast_read.learn(reader)
         return out

@@ -42,7 +42,7 @@ def _writer_name() -> str:
 
 WRITER = _writer_name()
 MAX_METADATA_BYTES = 60 * 1024
-_METADATA_PAD_BYTES = 64
+METADATA_PAD_BYTES = 64
 
 
 def check_global_step(global_step: Any) -> int | None:
@@ -125,6 +125,11 @@ def _write_raw(path: str, offsets: list[tuple[int, np.ndarray]],
             _pack.write_packed(fd, pack_at, packed, arrays)
     finally:
         os.close(fd)
+
+
+def padded_metadata(meta: str) -> str:
+    """``meta`` null-padded to a multiple of 64 bytes (as stored)."""
+    return meta + "\0" * (-len(meta.encode("utf-8")) % METADATA_PAD_BYTES)
 
 
 def prepare_arrays(arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -223,7 +228,7 @@ def _write(path: str, arrays: Mapping[str, np.ndarray], step: int | None, meta: 
     # Null-padded to a multiple of 64 bytes (an HDF5 fixed-length string's own padding;
     # h5py reads it back without): saves whose metadata differs in length by a few
     # characters share one layout, and so one metadata image.
-    meta += "\0" * (-len(meta.encode("utf-8")) % _METADATA_PAD_BYTES)
+    meta = padded_metadata(meta)
     values = RootValues(
         global_step=step, created_unix_s=time.time(), writer=WRITER, metadata_json=meta,
         hashes=[e.xxh3_64 for e in stored], index=index,
@@ -241,18 +246,30 @@ def _write(path: str, arrays: Mapping[str, np.ndarray], step: int | None, meta: 
         if image is not None:
             image.write(tmp, values, names, prepared)
             return
-        pack = None
-        if pack_nbytes is not None:
-            pack = _pack.stand_in(pack_nbytes) if raw else _pack.joined(packed, prepared)
-        w = H5Writer(tmp)
-        try:
-            offsets, where = write_layout(w, values, names, prepared, paths, raw, pack)
-            h5py.h5f.flush(w.fid)
-        finally:
-            w.close()
-        pack_at = where.get(_format.PACK_DATASET) if raw else None
-        _write_raw(tmp, offsets, pack_at, packed, prepared)
+        write_h5(tmp, values, entries, prepared, raw, pack_nbytes)
         if raw and pack_nbytes is None:
             _image.learn_file(tmp, values, names, prepared, paths)
 
     publish(path, write, "write checkpoint", sync_directory=sync_directory)
+
+
+def write_h5(tmp: str, values: RootValues, entries: Sequence[_format.IndexEntry],
+             prepared: Mapping[str, np.ndarray], raw: bool, pack_nbytes: int | None) -> None:
+    """Creates ``tmp`` through HDF5 (``_h5layout.write_layout``) holding ``entries``
+    (sorted; those with a pack offset packed), then, when ``raw``, writes the data with
+    ``pwrite`` at the offsets HDF5 allocated. ``values.hashes`` are the non-packed
+    entries' hashes. Raises OSError or h5py's errors."""
+    packed = [e for e in entries if e.pack is not None]
+    names = [e.name for e in entries if e.pack is None]
+    paths = _format.hdf5_paths(names)
+    pack = None
+    if pack_nbytes is not None:
+        pack = _pack.stand_in(pack_nbytes) if raw else _pack.joined(packed, prepared)
+    w = H5Writer(tmp)
+    try:
+        offsets, where = write_layout(w, values, names, prepared, paths, raw, pack)
+        h5py.h5f.flush(w.fid)
+    finally:
+        w.close()
+    pack_at = where.get(_format.PACK_DATASET) if raw else None
+    _write_raw(tmp, offsets, pack_at, packed, prepared)
