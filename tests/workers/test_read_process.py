@@ -56,6 +56,18 @@ def test_reads_what_read_checkpoint_reads_as_read_only_shared_memory(
     assert _memfd_mappings() == 0  # the memory goes with the last view
 
 
+def test_a_writable_read_is_the_callers_memory_alone(
+        tmp_path: Path, reader: CheckpointReadProcess) -> None:
+    # Serving's copy-on-write reuses a full load's memory for a table's blocks.
+    prefix = write_checkpoint(tmp_path / "m-1", ARRAYS, 1)
+    got = reader.read(prefix, ["dense0/w", "step"], writable=True)
+    assert got["dense0/w"].flags.writeable
+    got["dense0/w"][0, 0] = 100.0
+    again = reader.read(prefix, ["dense0/w"])  # another read: a fresh block
+    assert again["dense0/w"][0, 0] == 0.0 and not again["dense0/w"].flags.writeable
+    assert got["dense0/w"][0, 0] == 100.0
+
+
 def test_errors_come_back_as_the_format_layers(tmp_path: Path,
                                                reader: CheckpointReadProcess) -> None:
     prefix = write_checkpoint(tmp_path / "m-1", ARRAYS, 1)

@@ -49,6 +49,14 @@ class Snapshot:
         load_duration_s: read + verify time, seconds.
         created_unix_s: when the checkpoint file was written (its mtime), seconds since
             the epoch; 0.0 if unknown.
+        load_kind: ``"full"`` (read whole) or ``"copy_on_write"`` (made from the
+            served version plus the checkpoint's changes; see ``docs/serving.md``).
+        bytes_read: bytes of parameter values read from the checkpoint (a full load: the
+            model's size; copy-on-write: the changed rows and values).
+
+    A value in ``params`` is a read-only ndarray, or, for a table that only gathers
+    read (``Servable.row_gathered_variables``), a :class:`~ckptsync.blocked_array.
+    BlockedArray` (``np.asarray`` gives its value).
 
     Thread-safety: immutable; share freely. Its memory is freed when the last request that
     holds it returns.
@@ -60,6 +68,8 @@ class Snapshot:
     loaded_unix_s: float
     load_duration_s: float
     created_unix_s: float = 0.0
+    load_kind: str = "full"
+    bytes_read: int = 0
 
     @property
     def nbytes(self) -> int:
@@ -162,6 +172,7 @@ def load_snapshot(
         loaded_unix_s=time.time(),
         load_duration_s=time.perf_counter() - start,
         created_unix_s=created_unix_s,
+        bytes_read=sum(a.nbytes for a in params.values()),
     )
 
 

@@ -65,6 +65,7 @@ from ..errors import (
 )
 from ..workers import CheckpointReadProcess
 from . import _notices as notices
+from ._cow import CopyOnWrite
 from ._source_process import ProcessCheckpointSource
 from ._versions import ManagerStats, VersionBook, VersionRecord, VersionState
 from .gate import Candidate, run_gate
@@ -130,6 +131,8 @@ class ModelManager:
         self._pin_watch = notices.PinnedFileWatch()
         self._thread: threading.Thread | None = None
         self._reader: CheckpointReadProcess | None = None
+        self._cow = CopyOnWrite(servable, options.allow_nonfinite,  # the load thread's
+                                load=lambda *a, **k: load_snapshot(*a, **k))
         source_cls = ProcessCheckpointSource if options.watch_in_subprocess else CheckpointSource
         self._source: CheckpointSource | ProcessCheckpointSource = source_cls(
             self.source_dir, self._on_aspired, poll=options.poll,
@@ -153,6 +156,7 @@ class ModelManager:
             except OSError as e:  # no processes here: read on the load thread
                 logger.warning("cannot start the checkpoint reader process (%s); reading "
                                "checkpoints in this process", e)
+        self._cow.use_reader(self._reader)
         self._thread = threading.Thread(
             target=self._load_loop, name="ckptsync-manager-loader", daemon=True
         )
@@ -459,11 +463,7 @@ class ModelManager:
         logger.info("loading version %d from %s", target.version, target.prefix)
         book = self._book
         try:
-            snap = load_snapshot(
-                target.prefix, self.servable, self.options.allow_nonfinite,
-                version=target.version,
-                read=None if self._reader is None else self._reader.read,
-            )
+            snap = self._cow.load(target, book.current)  # copy-on-write, else in full
         except Exception as e:
             code = e.error_code if isinstance(e, OpError) else UNKNOWN
             vanished = isinstance(e, NotFoundError) and not os.path.exists(target.prefix + ".h5")
@@ -489,8 +489,9 @@ class ModelManager:
                          and previous is not None and snap.version < previous)
         if not swapped:
             return
-        logger.info("serving version %d (%.1f ms load, %d bytes)", snap.version,
-                    snap.load_duration_s * 1e3, snap.nbytes)
+        logger.info("serving version %d (%s, %.1f ms load, %d bytes read)", snap.version,
+                    snap.load_kind, snap.load_duration_s * 1e3, snap.bytes_read)
+        self._cow.served(snap)  # block digests after a full load (requests run meanwhile)
         if went_back and previous is not None:
             logger.warning("%s", notices.went_back_message(snap.version, previous))
 

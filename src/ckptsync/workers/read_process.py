@@ -127,17 +127,21 @@ class CheckpointReadProcess:
         """The worker's pid, or None while none runs."""
         return self._worker.pid
 
-    def read(self, prefix: str, names: Sequence[str]) -> dict[str, np.ndarray]:
+    def read(self, prefix: str, names: Sequence[str],
+             writable: bool = False) -> dict[str, np.ndarray]:
         """Reads ``names`` from checkpoint ``prefix``, verifying every checksum, as
         ``read_checkpoint(prefix, names, verify=True)`` does.
 
         Args:
             prefix: ``"ckpts/model.ckpt-1200"`` (data in ``<prefix>.h5``).
             names: the keys to read.
+            writable: map the block writable (the worker no longer maps it, so the
+                memory is the caller's alone; serving's copy-on-write reuses it).
 
         Returns:
-            key -> read-only array (``[...]`` of the stored shape and dtype), views of
-            one shared-memory block that is freed when the last of them is dropped.
+            key -> array (``[...]`` of the stored shape and dtype; read-only unless
+            ``writable``), views of one shared-memory block that is freed when the last
+            of them is dropped.
 
         Raises:
             NotFoundError, DataLossError: as ``read_checkpoint`` (the message names the
@@ -176,7 +180,7 @@ class CheckpointReadProcess:
                     f"treating the file as unreadable.")
             if not reply.get("ok"):
                 raise error_from_reply(reply)
-            return _map(reply, fds[0] if fds else None)
+            return _map(reply, fds[0] if fds else None, writable)
 
     def _ask(self, prefix: str, names: Sequence[str]
              ) -> tuple[dict[str, Any] | None, list[int], int | None]:
@@ -266,19 +270,21 @@ class CheckpointReadProcess:
         self.close()
 
 
-def _map(reply: dict[str, Any], fd: int | None) -> dict[str, np.ndarray]:
-    """Read-only views of the shared block ``fd`` as ``reply["variables"]`` lays out."""
+def _map(reply: dict[str, Any], fd: int | None, writable: bool = False
+         ) -> dict[str, np.ndarray]:
+    """Views of the shared block ``fd`` as ``reply["variables"]`` lays out (read-only
+    unless ``writable``)."""
     layout = ArrayLayout.from_doc(reply["variables"], int(reply["size"]))
     try:
         if layout.size_bytes and fd is None:
             raise UnknownError(None, None, "The reader process sent no shared memory.")
-        mm = SharedBuffer.map(fd, layout.size_bytes) if layout.size_bytes and fd is not None \
-            else None
+        mm = SharedBuffer.map(fd, layout.size_bytes, writable) \
+            if layout.size_bytes and fd is not None else None
     finally:
         if fd is not None:
             os.close(fd)
     views = layout.views(mm)
-    if mm is None:
+    if mm is None and not writable:
         for v in views:
             v.setflags(write=False)
     return dict(zip((spec.name for spec in layout.specs), views))

@@ -189,10 +189,13 @@ class SharedBuffer:
             raise
 
     @staticmethod
-    def map(fd: int, size_bytes: int | None = None) -> mmap.mmap:
-        """Maps a buffer another process sent, read-only (``size_bytes`` None: the whole
-        file). The caller still owns (closes) ``fd``. Raises OSError, ValueError."""
+    def map(fd: int, size_bytes: int | None = None, writable: bool = False) -> mmap.mmap:
+        """Maps a buffer another process sent, read-only (``writable``: shared and
+        writable; ``size_bytes`` None: the whole file). The caller still owns (closes)
+        ``fd``. Raises OSError, ValueError."""
         size = os.fstat(fd).st_size if size_bytes is None else size_bytes
+        if writable:
+            return mmap.mmap(fd, size)
         return mmap.mmap(fd, size, prot=mmap.PROT_READ)
 
     def unmap(self) -> None:

@@ -1,0 +1,319 @@
+"""Copy-on-write swaps: the next version made from the served one plus what changed.
+
+An incremental checkpoint names its predecessor (``parent`` and its index hash) and
+records, per variable, what changed since it (``checkpoint.read_changes``). When that
+predecessor is exactly the served version's checkpoint, the load thread builds the new
+:class:`~.loader.Snapshot` from the served one instead of reading the whole model:
+
+- an unchanged variable is the same array object in both snapshots;
+- a table that only gathers read (``Servable.row_gathered_variables``, 64 KiB or more)
+  is a :class:`~ckptsync.blocked_array.BlockedArray`: a row change copies only the
+  touched blocks (``checkpoint.block_rows`` rows each) and shares the rest;
+- any other changed variable is a new plain array (its changed rows written into a copy).
+
+Each changed variable's block-digest vector is updated (only the touched blocks are
+hashed) and every variable's digest compared with the one the checkpoint records after
+applying; only the changed values are checked for NaN/Inf. Any mismatch or error refuses
+this path and the manager loads the version in full (``load_snapshot``, which composes a
+chain), so a mixed model is never served. Not at the parent (started late, missed one,
+pinned elsewhere, ``free_before_load``): a full load.
+
+Who calls what (the manager's load thread only)::
+
+    snap = cow.load(target, served)      # copy-on-write, else load_snapshot(...)
+    book.swap(rec, snap); cow.served(snap)   # after a full load: digests, off the
+                                             # request path (requests already run on it)
+
+Thread-safety: one load thread calls :class:`CopyOnWrite`; the snapshots it makes are
+immutable and shared by requests on any thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import types
+import weakref
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import numpy as np
+import xxhash
+
+from .. import checkpoint as ckpt
+from ..blocked_array import BlockedArray
+from ..errors import DataLossError, InvalidArgumentError
+from .loader import Snapshot, load_snapshot
+from .servable import Servable
+from .source import AspiredVersion
+
+__all__ = ["CopyOnWrite", "apply_changes", "version_digests"]
+
+logger = logging.getLogger("ckptsync.serving.manager")
+
+#: Row-gathered variables at least this big are stored in blocks (smaller: plain).
+MIN_BLOCKED_BYTES = 64 * 1024
+LOAD_FULL, LOAD_COW = "full", "copy_on_write"
+
+
+@dataclass
+class _Served:
+    """What the copy-on-write path knows of the served version (weakly: the book owns
+    the snapshot)."""
+
+    snapshot: weakref.ref[Snapshot]
+    index_xxh3: str
+    digests: dict[str, np.ndarray]  # name -> uint64 [n_blocks]
+
+
+def block_tables(params: Mapping[str, Any], names: frozenset[str]) -> dict[str, Any]:
+    """``params`` with each of ``names`` that is an ndarray of >= 64 KiB and rank >= 1
+    stored in blocks (no copy where its memory is writable)."""
+    out = dict(params)
+    for name in names:
+        arr = out.get(name)
+        if type(arr) is np.ndarray and arr.ndim >= 1 and arr.nbytes >= MIN_BLOCKED_BYTES:
+            out[name] = BlockedArray.adopt(
+                arr, ckpt.block_rows(arr.shape, arr.dtype.itemsize))
+    return out
+
+
+def _le(arr: np.ndarray) -> np.ndarray:
+    """``arr``'s values in little-endian byte order (the format's; a view if already)."""
+    return arr if arr.dtype.byteorder != ">" else arr.astype(arr.dtype.newbyteorder("<"))
+
+
+def _table_digests(table: BlockedArray) -> np.ndarray:
+    """The block digests of a blocked table (as ``block_digests`` of its value)."""
+    slots = table.slots
+    arena = table.pool.arenas[0]
+    if len(table.pool.arenas) == 1 and np.array_equal(slots, np.arange(slots.size)):
+        return ckpt.block_digests(arena[: table.shape[0]])  # a fresh full load: in order
+    h = xxhash.xxh3_64_intdigest
+    return np.fromiter((h(_le(table.block_view(j)).data) for j in range(slots.size)),
+                       dtype=np.uint64, count=slots.size)
+
+
+def version_digests(params: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """name -> block-digest vector (uint64 ``[n_blocks]``) of every value of ``params``."""
+    return {name: _table_digests(v) if isinstance(v, BlockedArray) else ckpt.block_digests(v)
+            for name, v in params.items()}
+
+
+def _entry(changes: Any, name: str) -> Any:
+    variables = getattr(changes, "variables", None)
+    return variables[name] if variables is not None else changes[name]
+
+
+def _check_finite(path: str, name: str, values: np.ndarray, allow_nonfinite: bool) -> None:
+    if allow_nonfinite or values.dtype.kind not in "fc" or not values.size:
+        return
+    if not np.isfinite(np.add.reduce(values, axis=None)) and not np.isfinite(values).all():
+        raise InvalidArgumentError(None, None, f"{path}: variable '{name}' holds NaN/Inf in "
+                                   "its changed values; refusing to serve it")
+
+
+def apply_changes(served: Snapshot, digests: Mapping[str, np.ndarray], changes: Any,
+                  servable: Servable, prefix: str, version: int,
+                  allow_nonfinite: bool = False,
+                  ) -> tuple[Snapshot, dict[str, np.ndarray], int]:
+    """The snapshot of checkpoint ``prefix`` made from ``served`` (its predecessor) plus
+    ``changes`` (a ``checkpoint.read_changes`` result), verified.
+
+    Args:
+        served: the snapshot of the predecessor checkpoint.
+        digests: name -> uint64 ``[n_blocks]`` block digests of ``served``'s values.
+        changes: per variable an entry with ``kind`` ('same'|'rows'|'full'), ``rows``
+            (int64 ``[k]`` or None), ``values`` (``[k, *shape[1:]]`` or the value),
+            ``digest`` (hex, after applying), ``shape``, ``dtype``.
+        servable: says which variables there must be.
+        prefix, version: of the new checkpoint.
+        allow_nonfinite: accept NaN/Inf in the changed values.
+
+    Returns:
+        ``(snapshot, its digests, bytes of values read)``. Nothing is shared mutably: the
+        served snapshot is unchanged.
+
+    Raises:
+        DataLossError: a variable's digest after applying is not the recorded one, or an
+            entry disagrees with the served variable's shape or dtype.
+        InvalidArgumentError: a changed value holds NaN/Inf.
+        KeyError: a variable of the model has no entry.
+    """
+    start = time.perf_counter()
+    path = prefix + ".h5"
+    params: dict[str, Any] = {}
+    new_digests: dict[str, np.ndarray] = {}
+    read_bytes = 0
+    for name in servable.variable_specs:
+        entry = _entry(changes, name)
+        old = served.params[name]
+        if tuple(entry.shape) != tuple(old.shape) or np.dtype(entry.dtype) != old.dtype:
+            raise DataLossError(None, None, f"{path}: variable '{name}' is {entry.dtype} "
+                                f"{list(entry.shape)} but the served one {old.dtype} "
+                                f"{list(old.shape)}")
+        vec = digests[name]
+        kind = entry.kind
+        if kind == "rows" and entry.rows is not None and len(entry.rows):
+            rows = np.asarray(entry.rows, np.int64)
+            values = np.asarray(entry.values)
+            read_bytes += rows.nbytes + values.nbytes
+            _check_finite(path, name, values, allow_nonfinite)
+            if isinstance(old, BlockedArray):
+                new, blocks, data = old.with_rows(rows, values)
+                vec = _updated(vec, blocks, data, new.block_rows, new.shape[0])
+            else:
+                new = np.array(old, order="C")
+                new[rows] = values
+                new.setflags(write=False)
+                vec = ckpt.update_block_digests(new, vec, rows)
+        elif kind == "full" or (kind == "rows" and entry.rows is None):
+            value = np.asarray(entry.values)
+            read_bytes += value.nbytes
+            _check_finite(path, name, value, allow_nonfinite)
+            new = np.array(value, order="C", copy=not value.flags.c_contiguous)
+            vec = ckpt.block_digests(new)
+            if isinstance(old, BlockedArray):
+                new = BlockedArray.adopt(new, old.block_rows)
+            else:
+                new.setflags(write=False)
+        elif kind in ("same", "rows"):  # 'rows' with no row changed
+            new = old
+        else:
+            raise DataLossError(None, None, f"{path}: variable '{name}' has kind {kind!r}; "
+                                "expected 'same', 'rows' or 'full'")
+        if ckpt.variable_digest(vec) != entry.digest:
+            raise DataLossError(None, None, f"{path}: variable '{name}' after applying the "
+                                f"changes to version {served.version} has block digest "
+                                f"{ckpt.variable_digest(vec)}, the checkpoint records "
+                                f"{entry.digest}")
+        params[name] = new
+        new_digests[name] = vec
+    try:
+        created_unix_s = os.stat(path).st_mtime
+    except OSError:
+        created_unix_s = 0.0
+    snap = Snapshot(version=version, prefix=prefix, params=types.MappingProxyType(params),
+                    loaded_unix_s=time.time(), load_duration_s=time.perf_counter() - start,
+                    created_unix_s=created_unix_s, load_kind=LOAD_COW, bytes_read=read_bytes)
+    return snap, new_digests, read_bytes
+
+
+def _updated(vec: np.ndarray, blocks: np.ndarray, data: np.ndarray, b: int,
+             rows: int) -> np.ndarray:
+    """``vec`` with the digests of ``blocks`` replaced by those of their rows in ``data``
+    (back to back, block after block; the table's last block may be short)."""
+    out = vec.copy()
+    buf = _le(np.ascontiguousarray(data)).reshape(-1).view(np.uint8)
+    row_nbytes = buf.size // max(1, data.shape[0])
+    mv = buf.data
+    h = xxhash.xxh3_64_intdigest
+    at = 0
+    for j in blocks.tolist():
+        n = min(b, rows - j * b) * row_nbytes
+        out[j] = h(mv[at:at + n])
+        at += n
+    return out
+
+
+class CopyOnWrite:
+    """The manager's copy-on-write path: keeps the served version's block digests and
+    index hash, and makes the next snapshot from it when a checkpoint's parent is it.
+
+    Args:
+        servable: the model.
+        allow_nonfinite: as the manager's option.
+        read: ``read(prefix, names) -> arrays`` for a full load (None: in process).
+        read_changes: ``read_changes(prefix, names) -> changes`` (None:
+            ``checkpoint.read_changes(prefix, names, verify=True)`` in this process).
+        index_xxh3: ``index_xxh3(prefix) -> str`` of a checkpoint (None: its
+            ``CheckpointReader.index_xxh3`` in this process).
+        load: the full load, as :func:`~.loader.load_snapshot` (the default).
+
+    Thread-safety: the load thread only.
+    """
+
+    def __init__(self, servable: Servable, allow_nonfinite: bool = False,
+                 read: Callable[[str, list[str]], Mapping[str, np.ndarray]] | None = None,
+                 read_changes: Callable[[str, list[str]], Any] | None = None,
+                 index_xxh3: Callable[[str], str] | None = None,
+                 load: Callable[..., Snapshot] = load_snapshot):
+        self.servable = servable
+        self.allow_nonfinite = allow_nonfinite
+        self.read = read
+        self.read_changes = read_changes or _read_changes_here
+        self.index_xxh3 = index_xxh3 or _index_xxh3_here
+        self._load = load
+        self._served: _Served | None = None
+        self._made: tuple[weakref.ref[Snapshot], str, dict[str, np.ndarray]] | None = None
+
+    def use_reader(self, reader: Any) -> None:
+        """Full loads read through ``reader`` (a ``CheckpointReadProcess``, or None: in
+        this process), mapped writable so that a table's blocks are reused in place."""
+        self.read = None if reader is None else partial(reader.read, writable=True)
+
+    def load(self, target: AspiredVersion, served: Snapshot | None) -> Snapshot:
+        """The snapshot of ``target``: copy-on-write from ``served`` when ``target``'s
+        parent is exactly it, else a full load (raising as :func:`load_snapshot`)."""
+        snap = self._try_apply(target, served)
+        if snap is not None:
+            return snap
+        snap = self._load(target.prefix, self.servable, self.allow_nonfinite,
+                          version=target.version, read=self.read)
+        names = self.servable.row_gathered_variables
+        if not names:
+            return snap
+        return Snapshot(snap.version, snap.prefix,
+                        types.MappingProxyType(block_tables(snap.params, names)),
+                        snap.loaded_unix_s, snap.load_duration_s, snap.created_unix_s,
+                        snap.load_kind, snap.bytes_read)
+
+    def served(self, snap: Snapshot) -> None:
+        """``snap`` is now served: remember its digests (computed here after a full load,
+        off the request path) and its checkpoint's index hash. Never raises: without
+        them the next version is loaded in full."""
+        made = self._made
+        self._made = None
+        try:
+            if made is not None and made[0]() is snap:
+                self._served = _Served(made[0], made[1], made[2])
+                return
+            self._served = None
+            index = self.index_xxh3(snap.prefix)
+            self._served = _Served(weakref.ref(snap), index, version_digests(snap.params))
+        except Exception as e:  # a vanished file, a damaged index: full loads from now on
+            logger.info("copy-on-write swaps after version %d are off (%s)", snap.version, e)
+
+    def _try_apply(self, target: AspiredVersion, served: Snapshot | None) -> Snapshot | None:
+        state = self._served
+        if served is None or state is None or state.snapshot() is not served:
+            return None
+        names = list(self.servable.variable_specs)
+        try:
+            changes = self.read_changes(target.prefix, names)
+            parent = getattr(changes, "parent", None)
+            if parent is None or os.path.basename(parent) != os.path.basename(served.prefix) \
+                    or changes.parent_index_xxh3 != state.index_xxh3:
+                return None  # not at its parent: a full load composes the chain
+            snap, digests, _ = apply_changes(served, state.digests, changes, self.servable,
+                                             target.prefix, target.version,
+                                             self.allow_nonfinite)
+            own = getattr(changes, "index_xxh3", None) or self.index_xxh3(target.prefix)
+        except Exception as e:
+            logger.warning("copy-on-write apply of version %d onto version %d refused (%s); "
+                           "loading it in full", target.version, served.version, e)
+            return None
+        self._made = (weakref.ref(snap), own, digests)
+        return snap
+
+
+def _read_changes_here(prefix: str, names: list[str]) -> Any:
+    return ckpt.read_changes(prefix, names=names, verify=True)  # type: ignore[attr-defined]
+
+
+def _index_xxh3_here(prefix: str) -> str:
+    with ckpt.CheckpointReader(prefix) as reader:
+        return str(reader.index_xxh3)  # type: ignore[attr-defined]
