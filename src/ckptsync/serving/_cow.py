@@ -311,9 +311,9 @@ class CopyOnWrite:
 
 
 def _read_changes_here(prefix: str, names: list[str]) -> Any:
-    return ckpt.read_changes(prefix, names=names, verify=True)  # type: ignore[attr-defined]
+    return ckpt.read_changes(prefix, names=names, verify=True)
 
 
 def _index_xxh3_here(prefix: str) -> str:
     with ckpt.CheckpointReader(prefix) as reader:
-        return str(reader.index_xxh3)  # type: ignore[attr-defined]
+        return str(reader.index_xxh3)
