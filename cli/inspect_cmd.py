@@ -2,7 +2,10 @@
 
 Prints the checkpoint's prefix, global step, creation time, writer and every variable's
 name, dtype and shape (from the index, so even 10,000 variables list at once); with
-``--tensor NAME`` or ``--all-tensors`` also values (read and verified).
+``--tensor NAME`` or ``--all-tensors`` also values (read and verified). An incremental
+checkpoint (format version 3) also shows its chain (each member's prefix, kind and
+bytes) and, per variable, what it changed (``same``, ``rows(k)``, ``full``); its values
+are the composed ones. A full checkpoint with a parent shows the parent and the changes.
 
 Exit codes: 0 ok; 1 missing, unreadable or corrupt checkpoint, or unknown tensor; 2 usage.
 """
@@ -18,9 +21,11 @@ import numpy as np
 
 from ckptsync.checkpoint import (
     CheckpointReader,
+    checkpoint_chain,
     data_path,
     get_checkpoint_state,
     is_tf_checkpoint,
+    read_changes,
 )
 from ckptsync.errors import CkptsyncError, OpError
 
@@ -59,6 +64,27 @@ def _file_kind(path: str) -> str:
         if test(mode):
             return kind
     return "dangling symlink" if os.path.islink(path) else "special file"
+
+
+def _changes(prefix: str, reader: CheckpointReader) -> dict[str, str] | None:
+    """Prints a delta's chain (or a full checkpoint's parent) and returns each variable's
+    change (``same``, ``rows(k)``, ``full``); None for a checkpoint without a parent."""
+    if getattr(reader, "predecessor", None) is None:
+        return None
+    if reader.is_delta:
+        chain = checkpoint_chain(prefix)
+        sizes = [os.path.getsize(data_path(m)) for m in chain]
+        click.echo(f"chain: {len(chain)} checkpoints, {sum(sizes)} bytes (nearest full "
+                   f"checkpoint first)")
+        width = max(len(m) for m in chain)
+        for i, (member, size) in enumerate(zip(chain, sizes)):
+            click.echo(f"  {'full' if i == 0 else 'delta':<5}  {member:<{width}}  {size} bytes")
+    else:
+        click.echo(f"parent: {reader.predecessor} (a full checkpoint with a parent: it "
+                   f"composes alone)")
+    changes = read_changes(prefix, verify=False, values=False)
+    return {n: f"rows({len(c.rows)})" if c.kind == "rows" and c.rows is not None else c.kind
+            for n, c in changes.items()}
 
 
 def _message(e: CkptsyncError) -> str:
@@ -110,11 +136,18 @@ def inspect(prefix_or_dir: str, tensor: str | None, all_tensors: bool, verify: b
             click.echo(f"created: {created.isoformat(timespec='seconds')} "
                        f"(unix {reader.created_unix_s:.3f})")
             click.echo(f"writer: {reader.writer}, format version {reader.format_version}")
+            kinds = _changes(prefix, reader)
             click.echo(f"variables: {len(shapes)}, {reader.nbytes} bytes")
             width = max([len(n) for n in shapes] + [4])
-            click.echo(f"{'name':<{width}}  {'dtype':<10}  shape")
-            for name in sorted(shapes):
-                click.echo(f"{name:<{width}}  {dtypes[name].name:<10}  {shapes[name]}")
+            if kinds is None:
+                click.echo(f"{'name':<{width}}  {'dtype':<10}  shape")
+                for name in sorted(shapes):
+                    click.echo(f"{name:<{width}}  {dtypes[name].name:<10}  {shapes[name]}")
+            else:
+                click.echo(f"{'name':<{width}}  {'dtype':<10}  {'change':<12}  shape")
+                for name in sorted(shapes):
+                    click.echo(f"{name:<{width}}  {dtypes[name].name:<10}  "
+                               f"{kinds[name]:<12}  {shapes[name]}")
             if verify:
                 for name in sorted(shapes):
                     reader.get_tensor(name, verify=True)

@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from ckptsync.checkpoint import update_checkpoint_state, write_checkpoint
+from ckptsync.checkpoint import (
+    block_digests,
+    update_checkpoint_state,
+    variable_digest,
+    write_checkpoint,
+    write_incremental_checkpoint,
+)
 from ckptsync.cli.main import main
 
 
@@ -96,3 +102,63 @@ def test_a_packed_checkpoint_lists_and_prints_every_variable(tmp_path: Path) -> 
     assert listed == set(arrays)
     code, out, _ = _run(str(tmp_path / "model.ckpt-3"), "--tensor", "layer12/v34")
     assert code == 0 and out.splitlines()[-1] == "1234."
+
+
+@pytest.fixture
+def chain(tmp_path: Path) -> tuple[Path, list[str], dict[str, np.ndarray]]:
+    """A full checkpoint, two deltas on it and a full checkpoint with a parent."""
+    arrays = {"emb": np.arange(40, dtype=np.float32).reshape(10, 4), "w": np.ones((2, 2))}
+
+    def digests() -> dict[str, str]:
+        return {k: variable_digest(block_digests(v)) for k, v in arrays.items()}
+
+    p = [write_checkpoint(tmp_path / "m-0", arrays, global_step=0)]
+    arrays["emb"] = arrays["emb"].copy()
+    arrays["emb"][[3, 9]] = -1
+    p.append(write_incremental_checkpoint(tmp_path / "m-1", arrays, {"emb": np.array([3, 9])},
+                                          p[0], digests(), False, global_step=1))
+    arrays["w"] = arrays["w"] * 2
+    p.append(write_incremental_checkpoint(tmp_path / "m-2", arrays, {"w": None}, p[1],
+                                          digests(), False, global_step=2))
+    p.append(write_incremental_checkpoint(tmp_path / "m-3", arrays, {"emb": np.array([1])},
+                                          p[2], digests(), True, global_step=3))
+    return tmp_path, p, arrays
+
+
+def test_a_delta_shows_its_chain_and_changes_and_composed_values(chain) -> None:
+    tmp_path, p, arrays = chain
+    code, out, _ = _run(p[1], "--tensor", "emb")
+    assert code == 0, out
+    assert "format version 3" in out
+    lines = out.splitlines()
+    assert f"chain: 2 checkpoints, {sum(Path(q + '.h5').stat().st_size for q in p[:2])} " \
+           f"bytes (nearest full checkpoint first)" in lines
+    assert lines[lines.index(next(x for x in lines if x.startswith("chain:"))) + 1].split() == [
+        "full", p[0], f"{Path(p[0] + '.h5').stat().st_size}", "bytes"]
+    assert any(x.split() == ["delta", p[1], f"{Path(p[1] + '.h5').stat().st_size}", "bytes"]
+               for x in lines)
+    assert any(x.split() == ["emb", "float32", "rows(2)", "[10,", "4]"] for x in lines)
+    assert any(x.split() == ["w", "float64", "same", "[2,", "2]"] for x in lines)
+    assert "verified: 2 variables, checksums ok" in out
+    assert out.count("[-1. -1. -1. -1.]") == 2 and "[ 4.  5.  6.  7.]" in out  # composed
+    code, out, _ = _run(p[2], "--tensor", "w")
+    assert code == 0 and "chain: 3 checkpoints" in out and "[[2. 2.]\n [2. 2.]]" in out
+    assert any(x.split() == ["w", "float64", "full", "[2,", "2]"] for x in out.splitlines())
+
+
+def test_a_full_checkpoint_with_a_parent_shows_the_parent(chain) -> None:
+    _, p, _ = chain
+    code, out, _ = _run(p[3])
+    assert code == 0 and "format version 1" in out
+    assert f"parent: {p[2]} (a full checkpoint with a parent: it composes alone)" in out
+    assert any(x.split() == ["emb", "float32", "rows(1)", "[10,", "4]"]
+               for x in out.splitlines())
+    assert "chain:" not in out
+
+
+def test_a_delta_whose_base_is_gone_is_one_line_exit_1(chain) -> None:
+    _, p, _ = chain
+    Path(p[0] + ".h5").unlink()
+    code, _, err = _run(p[2])
+    assert code == 1
+    assert err.count("\n") == 1 and f"composed from base {p[0]}" in err and "missing" in err

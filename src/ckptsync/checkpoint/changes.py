@@ -107,7 +107,7 @@ def checkpoint_chain(prefix: str | os.PathLike[str]) -> list[str]:
 
 
 def read_changes(prefix: str | os.PathLike[str], names: Iterable[str] | None = None,
-                 verify: bool = True) -> CheckpointChanges:
+                 verify: bool = True, *, values: bool = True) -> CheckpointChanges:
     """Reads what checkpoint ``prefix`` records against its predecessor (no composing).
 
     - a delta: each variable's kind; for ``rows`` the rows and the stored rows' values,
@@ -123,6 +123,8 @@ def read_changes(prefix: str | os.PathLike[str], names: Iterable[str] | None = N
         verify: check the index, the changes table and rows, and every array read whole
             against their xxh3_64. Rows read from a full checkpoint are not hashed on
             their own: check the block digest of the value they make (``digest``).
+        values: False reads no values (every ``values`` is None): the kinds, rows and
+            digests only, from the tables (``ckptsync inspect``).
 
     Returns:
         A :class:`CheckpointChanges`.
@@ -136,10 +138,11 @@ def read_changes(prefix: str | os.PathLike[str], names: Iterable[str] | None = N
     prefix = os.fspath(prefix)
     wanted = None if names is None else ([names] if isinstance(names, str) else list(names))
     if tf_bundle.is_tf_checkpoint(prefix):
-        values = read_checkpoint(prefix, wanted, verify)
+        read = read_checkpoint(prefix, wanted, verify)
         return CheckpointChanges(prefix, None, None, None, True, {
-            k: VariableChange(k, _delta.FULL, None, v, None, v.shape, v.dtype)
-            for k, v in values.items()})
+            k: VariableChange(k, _delta.FULL, None, v if values else None, None, v.shape,
+                              v.dtype)
+            for k, v in read.items()})
     with CheckpointReader(prefix) as reader:
         keys = sorted(reader._index) if wanted is None else wanted
         for k in keys:
@@ -156,22 +159,26 @@ def read_changes(prefix: str | os.PathLike[str], names: Iterable[str] | None = N
                 raise reader._loss(f"the changes table is malformed ({e})") from e
         out: dict[str, VariableChange] = {}
         if table is None:
-            values = dict(zip(keys, reader._read_tensors(keys, verify)))
+            whole_values = dict(zip(keys, reader._read_tensors(keys, verify))) if values else {}
             for k in keys:
-                v = values[k]
-                out[k] = VariableChange(k, _delta.FULL, None, v, None, v.shape, v.dtype)
+                entry = reader._index[k]
+                out[k] = VariableChange(k, _delta.FULL, None, whole_values.get(k), None,
+                                        entry.shape, entry.dtype)
             return CheckpointChanges(prefix, None, None, reader.global_step, True, out)
         rows = _compose.read_rows_table(reader, table, verify)
-        whole = [k for k in keys if table.variables[k].kind == _delta.FULL
-                 or (reader.is_delta and table.variables[k].kind == _delta.ROWS)]
+        whole = [k for k in keys if values and (table.variables[k].kind == _delta.FULL or (
+            reader.is_delta and table.variables[k].kind == _delta.ROWS))]
         read = dict(zip(whole, reader._read_tensors(whole, verify))) if whole else {}
         for k in keys:
             c = table.variables[k]
-            got_rows = got = None
+            got_rows: np.ndarray | None = None
+            got: np.ndarray | None = None
             if c.kind == _delta.ROWS:
                 got_rows = _compose.rows_of(reader, c, rows)
-                got = read[k] if reader.is_delta else _compose.read_rows(reader, k, got_rows)
-            elif c.kind == _delta.FULL:
+                if values:
+                    got = read[k] if reader.is_delta else _compose.read_rows(reader, k,
+                                                                             got_rows)
+            elif c.kind == _delta.FULL and values:
                 got = read[k]
             out[k] = VariableChange(k, c.kind, got_rows, got, c.digest, c.shape, c.dtype)
         return CheckpointChanges(prefix, reader.predecessor, reader.predecessor_index_xxh3,
