@@ -160,6 +160,9 @@ def test_read_changes_of_a_delta(trained) -> None:
     assert (c.parent, c.is_full, c.global_step) == (p[4], False, 5)
     with CheckpointReader(p[4]) as r:
         assert c.parent_index_xxh3 == r.index_xxh3
+    with CheckpointReader(p[5]) as r:
+        assert c.index_xxh3 == r.index_xxh3
+    assert read_changes(p[6]).parent_index_xxh3 == c.index_xxh3
     assert c["dense/b"].kind == "same" and c["dense/b"].values is None
     assert c["dense/w"].kind == "full"
     assert c["dense/w"].values.tobytes() == states[5]["dense/w"].tobytes()

@@ -43,8 +43,11 @@ _lock = threading.Lock()
 def learn(reader: Any) -> None:
     """Remembers the image of the layout of the file ``reader`` (an open
     ``CheckpointReader``) has read, if that file matches it. Never raises."""
-    if sys.byteorder != "little" or reader.format_version != _format.FORMAT_VERSION:
-        return  # images are of format-1 layouts (a packed file has few datasets)
+    if sys.byteorder != "little" or reader.format_version != _format.FORMAT_VERSION \
+            or reader.predecessor is not None:
+        # Images are of plain format-1 layouts (a packed file has few datasets; one with
+        # a parent has more attributes and datasets than the index describes).
+        return
     try:
         entries = [reader._index[n] for n in sorted(reader._index)]
         fid = reader._file.id

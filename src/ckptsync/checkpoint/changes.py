@@ -63,6 +63,8 @@ class CheckpointChanges(Mapping[str, VariableChange]):
         global_step: its global step, or None.
         is_full: True when it holds every value (it composes alone).
         variables: name -> :class:`VariableChange`.
+        index_xxh3: this checkpoint's own index hash (what a delta on it records as
+            ``base_index_xxh3``); None for TF's checkpoints.
     """
 
     prefix: str
@@ -71,6 +73,7 @@ class CheckpointChanges(Mapping[str, VariableChange]):
     global_step: int | None
     is_full: bool
     variables: dict[str, VariableChange] = field(default_factory=dict)
+    index_xxh3: str | None = None
 
     def __getitem__(self, name: str) -> VariableChange:
         return self.variables[name]
@@ -164,7 +167,8 @@ def read_changes(prefix: str | os.PathLike[str], names: Iterable[str] | None = N
                 entry = reader._index[k]
                 out[k] = VariableChange(k, _delta.FULL, None, whole_values.get(k), None,
                                         entry.shape, entry.dtype)
-            return CheckpointChanges(prefix, None, None, reader.global_step, True, out)
+            return CheckpointChanges(prefix, None, None, reader.global_step, True, out,
+                                     reader.index_xxh3)
         rows = _compose.read_rows_table(reader, table, verify)
         whole = [k for k in keys if values and (table.variables[k].kind == _delta.FULL or (
             reader.is_delta and table.variables[k].kind == _delta.ROWS))]
@@ -182,7 +186,8 @@ def read_changes(prefix: str | os.PathLike[str], names: Iterable[str] | None = N
                 got = read[k]
             out[k] = VariableChange(k, c.kind, got_rows, got, c.digest, c.shape, c.dtype)
         return CheckpointChanges(prefix, reader.predecessor, reader.predecessor_index_xxh3,
-                                 reader.global_step, not reader.is_delta, out)
+                                 reader.global_step, not reader.is_delta, out,
+                                 reader.index_xxh3)
 
 
 def _changes_dataset(reader: CheckpointReader) -> tuple[tuple[int, ...], str]:

@@ -120,8 +120,9 @@ def update_block_digests(arr: Any, digests: np.ndarray, rows: Any) -> np.ndarray
             f"{arr.shape}; got rows from {int(idx.min())} to {int(idx.max())}.")
     per = block_rows(arr.shape, arr.dtype.itemsize)
     h = xxhash.xxh3_64_intdigest
-    for b in np.unique(idx // per).tolist():
-        out[b] = h(data[b * step:(b + 1) * step])
+    blocks = np.unique(idx // per)
+    out[blocks] = np.fromiter((h(data[b * step:(b + 1) * step]) for b in blocks.tolist()),
+                              dtype=np.uint64, count=len(blocks))
     return out
 
 
