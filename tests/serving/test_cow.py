@@ -87,9 +87,9 @@ class _Files:
         self.changes: dict[str, Any] = {}
         self.reads: list[str] = []
 
-    def read_changes(self, prefix: str, names: list[str]) -> Any:
+    def read_changes(self, prefix: str, names: list[str]) -> tuple[Any, str]:
         self.reads.append(prefix)
-        return self.changes[prefix]
+        return self.changes[prefix], self.index_xxh3(prefix)
 
     @staticmethod
     def index_xxh3(prefix: str) -> str:

@@ -227,8 +227,9 @@ class CopyOnWrite:
         servable: the model.
         allow_nonfinite: as the manager's option.
         read: ``read(prefix, names) -> arrays`` for a full load (None: in process).
-        read_changes: ``read_changes(prefix, names) -> changes`` (None:
-            ``checkpoint.read_changes(prefix, names, verify=True)`` in this process).
+        read_changes: ``read_changes(prefix, names) -> (changes, index_xxh3)``: the
+            checkpoint's ``checkpoint.read_changes(prefix, names, verify=True)`` and its
+            own index hash (None: both read in this process).
         index_xxh3: ``index_xxh3(prefix) -> str`` of a checkpoint (None: its
             ``CheckpointReader.index_xxh3`` in this process).
         load: the full load, as :func:`~.loader.load_snapshot` (the default).
@@ -238,7 +239,7 @@ class CopyOnWrite:
 
     def __init__(self, servable: Servable, allow_nonfinite: bool = False,
                  read: Callable[[str, list[str]], Mapping[str, np.ndarray]] | None = None,
-                 read_changes: Callable[[str, list[str]], Any] | None = None,
+                 read_changes: Callable[[str, list[str]], tuple[Any, str]] | None = None,
                  index_xxh3: Callable[[str], str] | None = None,
                  load: Callable[..., Snapshot] = load_snapshot):
         self.servable = servable
@@ -254,6 +255,9 @@ class CopyOnWrite:
         """Full loads read through ``reader`` (a ``CheckpointReadProcess``, or None: in
         this process), mapped writable so that a table's blocks are reused in place."""
         self.read = None if reader is None else partial(reader.read, writable=True)
+        if reader is not None:  # a stuck read of changes then stalls no request either
+            self.read_changes = reader.read_changes
+            self.index_xxh3 = lambda prefix: reader.read_changes(prefix, [])[1]
 
     def load(self, target: AspiredVersion, served: Snapshot | None) -> Snapshot:
         """The snapshot of ``target``: copy-on-write from ``served`` when ``target``'s
@@ -293,7 +297,7 @@ class CopyOnWrite:
             return None
         names = list(self.servable.variable_specs)
         try:
-            changes = self.read_changes(target.prefix, names)
+            changes, own = self.read_changes(target.prefix, names)
             parent = getattr(changes, "parent", None)
             if parent is None or os.path.basename(parent) != os.path.basename(served.prefix) \
                     or changes.parent_index_xxh3 != state.index_xxh3:
@@ -301,7 +305,6 @@ class CopyOnWrite:
             snap, digests, _ = apply_changes(served, state.digests, changes, self.servable,
                                              target.prefix, target.version,
                                              self.allow_nonfinite)
-            own = getattr(changes, "index_xxh3", None) or self.index_xxh3(target.prefix)
         except Exception as e:
             logger.warning("copy-on-write apply of version %d onto version %d refused (%s); "
                            "loading it in full", target.version, served.version, e)
@@ -310,8 +313,8 @@ class CopyOnWrite:
         return snap
 
 
-def _read_changes_here(prefix: str, names: list[str]) -> Any:
-    return ckpt.read_changes(prefix, names=names, verify=True)
+def _read_changes_here(prefix: str, names: list[str]) -> tuple[Any, str]:
+    return ckpt.read_changes(prefix, names=names, verify=True), _index_xxh3_here(prefix)
 
 
 def _index_xxh3_here(prefix: str) -> str:

@@ -61,6 +61,22 @@ class ManagerCollector(Collector):
         yield last
         c.add_metric([self._model, "rejected"], stats.reloads_rejected)
         yield c
+        kinds = CounterMetricFamily(
+            "ckptsync_loads_by_kind", "Successful loads by how they were made (full read, "
+            "or copy-on-write from the served version)", labels=["model", "kind"])
+        kinds.add_metric([self._model, "copy_on_write"], stats.copy_on_write_loads)
+        kinds.add_metric([self._model, "full"],
+                         stats.reloads_succeeded - stats.copy_on_write_loads)
+        yield kinds
+        read = CounterMetricFamily("ckptsync_load_read_bytes",
+                                   "Parameter bytes read by successful loads", labels=labels)
+        read.add_metric(model, stats.bytes_read_sum)
+        yield read
+        last_read = GaugeMetricFamily("ckptsync_last_load_read_bytes",
+                                      "Parameter bytes the last successful load read",
+                                      labels=labels)
+        last_read.add_metric(model, stats.last_bytes_read)
+        yield last_read
         snap = self._manager.current
         age = GaugeMetricFamily(
             "ckptsync_checkpoint_age_seconds",

@@ -52,6 +52,9 @@ class ManagerStats:
             refused by the gate).
         load_duration_s_sum: read+verify time of the successful loads, seconds.
         last_load_duration_s: that of the last successful load, seconds.
+        copy_on_write_loads: successful loads made from the served version plus a
+            checkpoint's changes (the rest were full loads).
+        bytes_read_sum / last_bytes_read: parameter bytes the successful loads read.
     """
 
     reloads_succeeded: int = 0
@@ -59,6 +62,9 @@ class ManagerStats:
     reloads_rejected: int = 0
     load_duration_s_sum: float = 0.0
     last_load_duration_s: float = 0.0
+    copy_on_write_loads: int = 0
+    bytes_read_sum: int = 0
+    last_bytes_read: int = 0
 
 
 @dataclass
@@ -77,6 +83,8 @@ class VersionRecord:
         file_sig: (inode, size, mtime_ns) of the file that failed, or None.
         finished_seq: the book's load counter when its last load ended.
         mismatch: its last failure was variables not matching the model's.
+        load_kind / bytes_read: how its last successful load went (``"full"`` or
+            ``"copy_on_write"``; ``""`` before one) and the parameter bytes it read.
     """
 
     version: int
@@ -89,6 +97,8 @@ class VersionRecord:
     file_sig: tuple[int, int, int] | None = None
     finished_seq: int = 0
     mismatch: bool = False
+    load_kind: str = ""
+    bytes_read: int = 0
 
 
 class VersionBook:
@@ -319,6 +329,7 @@ class VersionBook:
             # The record says AVAILABLE before the snapshot is visible to the lock-free
             # request path, so no answer of a version ever precedes its AVAILABLE.
             rec.state, rec.error_code, rec.error_message = VersionState.AVAILABLE, 0, ""
+            rec.load_kind, rec.bytes_read = snap.load_kind, snap.bytes_read
             self._records[rec.version] = rec
             old, self.current = self.current, snap  # the swap
             previous, self.last_served = self.last_served, snap.version
@@ -329,6 +340,9 @@ class VersionBook:
             self._stats.reloads_succeeded += 1
             self._stats.load_duration_s_sum += snap.load_duration_s
             self._stats.last_load_duration_s = snap.load_duration_s
+            self._stats.copy_on_write_loads += snap.load_kind == "copy_on_write"
+            self._stats.bytes_read_sum += snap.bytes_read
+            self._stats.last_bytes_read = snap.bytes_read
             if old is not None and old is not snap:
                 self._retire(old)
             self._prune()

@@ -30,9 +30,9 @@ Thread-safety: every public method may be called from any thread. ``acquire`` ta
 lock (one attribute read).
 
 Composition: a :class:`~.source.CheckpointSource` (or its process twin), an optional
-reader process, one load thread calling :func:`~.loader.load_snapshot`, a
-:class:`~._versions.VersionBook` (records, retries, swap, watchdog), :mod:`._notices` (what
-it tells people), one frozen :class:`~.options.ManagerOptions`.
+reader process, one load thread calling :class:`~._cow.CopyOnWrite` (a copy-on-write
+apply, else :func:`~.loader.load_snapshot`), a :class:`~._versions.VersionBook`,
+:mod:`._notices`, one frozen :class:`~.options.ManagerOptions`.
 
 Example:
     >>> from ckptsync.serving import GraphServable, ModelManager, validate_inputs
@@ -271,9 +271,10 @@ class ModelManager:
         Returns:
             ``{"watcher": {"alive", "mode" ("events"|"poll"), "restarts", "state_error"},
             "loader": {"alive", "loading_version", "loading_for_s", "stuck",
-            "reader_restarts"}, "pinned": None or {"version", "file_missing", "warning"}}``
-            (``reader_restarts``: checkpoint reader processes replaced after dying; a dead
-            idle one is replaced by this call).
+            "reader_restarts", "served": None or {"version", "load_kind", "bytes_read"}},
+            "pinned": None or {"version", "file_missing", "warning"}}`` (``reader_restarts``:
+            reader processes replaced after dying; a dead idle one is replaced by this call;
+            ``served``: how the served version was loaded, ``full`` or ``copy_on_write``).
         """
         loading_version, loading_for_s, stuck = self._book.loading()
         reader = self._reader
@@ -295,7 +296,9 @@ class ModelManager:
                 "loading_for_s": loading_for_s,
                 "stuck": stuck,
                 "reader_restarts": 0 if reader is None else reader.restarts,
-            },
+                "served": None if (snap := self._book.current) is None else {
+                    "version": snap.version, "load_kind": snap.load_kind,
+                    "bytes_read": snap.bytes_read}},
             "pinned": None if pinned is None else {
                 "version": pinned, "file_missing": gone is not None, "warning": gone},
         }

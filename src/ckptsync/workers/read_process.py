@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from ..checkpoint import CheckpointChanges, CheckpointReader, VariableChange, read_changes
 from ..checkpoint.reader import read_checkpoint_into
 from ..errors import CkptsyncRuntimeError, DataLossError, DeadlineExceededError, UnknownError
 from .frames import (
@@ -150,6 +151,34 @@ class CheckpointReadProcess:
                 was killed (the next read starts another).
             CkptsyncRuntimeError: the reader is closed.
         """
+        reply, fd = self._request(b"R", prefix, names)
+        return _map(reply, fd, writable)
+
+    def read_changes(self, prefix: str, names: Sequence[str]
+                     ) -> tuple[CheckpointChanges, str]:
+        """What checkpoint ``prefix`` records against its predecessor, as
+        ``checkpoint.read_changes(prefix, names, verify=True)``, and its own index hash
+        (``CheckpointReader.index_xxh3``), read in the worker (``names`` empty: only the
+        hash and the links). The rows and values are read-only views of one shared block.
+
+        Raises:
+            as :meth:`read`.
+        """
+        reply, fd = self._request(b"C", prefix, names)
+        arrays = _map(reply, fd)
+        doc = reply["changes"]
+        variables = {
+            name: VariableChange(name, kind, arrays.get(name + "\0rows"),
+                                 arrays.get(name + "\0values"), digest,
+                                 tuple(shape), np.dtype(dtype))
+            for name, kind, digest, shape, dtype in doc["entries"]}
+        changes = CheckpointChanges(doc["prefix"], doc["parent"], doc["parent_index_xxh3"],
+                                    doc["global_step"], doc["is_full"], variables)
+        return changes, str(doc["index_xxh3"])
+
+    def _request(self, tag: bytes, prefix: str, names: Sequence[str]
+                 ) -> tuple[dict[str, Any], int | None]:
+        """One request answered with shared memory: (reply, its fd or None)."""
         with self._lock:
             if self._closed:
                 raise CkptsyncRuntimeError("The checkpoint reader process is closed.")
@@ -157,7 +186,7 @@ class CheckpointReadProcess:
             # died before it saw the request); dying twice on one file fails the read.
             for attempt in range(2):
                 hangs = self._worker.hangs
-                reply, fds, pid = self._ask(prefix, names)
+                reply, fds, pid = self._ask(prefix, names, tag)
                 if reply is not None:
                     break
                 if self._closed:
@@ -180,9 +209,9 @@ class CheckpointReadProcess:
                     f"treating the file as unreadable.")
             if not reply.get("ok"):
                 raise error_from_reply(reply)
-            return _map(reply, fds[0] if fds else None, writable)
+            return reply, fds[0] if fds else None
 
-    def _ask(self, prefix: str, names: Sequence[str]
+    def _ask(self, prefix: str, names: Sequence[str], tag: bytes = b"R",
              ) -> tuple[dict[str, Any] | None, list[int], int | None]:
         """One request to the worker (started if needed): (reply, fds, pid); reply None
         when the worker died (it is then reaped)."""
@@ -200,7 +229,7 @@ class CheckpointReadProcess:
             reply: dict[str, Any] | None = None
             fds: list[int] = []
             if ready:
-                send_frame(sock, b"R", {"prefix": os.fspath(prefix), "names": list(names)})
+                send_frame(sock, tag, {"prefix": os.fspath(prefix), "names": list(names)})
                 worker.await_answer(self._timeout_s, f"reading {prefix}.h5")  # else killed
                 _, reply, fds = recv_frame_with_fds(sock, 1)
         except OSError:
@@ -335,6 +364,36 @@ def _read_job(request: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
     return block.reply(), block.release(keep_fd=True)
 
 
+def _changes_job(request: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
+    """Reads a request's changes (``read_changes``), their arrays into a fresh block."""
+    block = _Block()
+    try:
+        prefix = request["prefix"]
+        changes = read_changes(prefix, list(request["names"]), verify=True)
+        with CheckpointReader(prefix) as reader:
+            own = reader.index_xxh3
+        arrays: list[tuple[str, np.ndarray]] = []
+        for name, c in changes.items():
+            arrays += [(name + "\0rows", a) for a in [c.rows] if a is not None]
+            arrays += [(name + "\0values", np.asarray(a)) for a in [c.values] if a is not None]
+        views = block.allocate([(k, a.dtype, a.shape) for k, a in arrays])
+        for view, (_, a) in zip(views, arrays):
+            view[...] = a
+        del views, arrays
+        reply = block.reply()
+        reply["changes"] = {
+            "prefix": changes.prefix, "parent": changes.parent,
+            "parent_index_xxh3": changes.parent_index_xxh3, "index_xxh3": own,
+            "global_step": None if changes.global_step is None else int(changes.global_step),
+            "is_full": bool(changes.is_full),
+            "entries": [[c.name, c.kind, c.digest, list(c.shape), c.dtype.str]
+                        for c in changes.values()]}
+    except Exception as e:
+        block.release(keep_fd=False)
+        return error_reply(e), None
+    return reply, block.release(keep_fd=True)
+
+
 def reader_main() -> None:
     """Entry point of the reader process: ``READER_COMMAND + [socket fd]``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -356,7 +415,7 @@ def reader_main() -> None:
         request = recv_frame(sock)
         if request is None:
             break
-        reply, fd = _read_job(request)
+        reply, fd = (_changes_job if tag == b"C" else _read_job)(request)
         try:
             # tag, reply and fd in one message: one wake-up of the server's load thread
             send_frame_with_fds(sock, b"S" if fd is not None else b"E", reply,
