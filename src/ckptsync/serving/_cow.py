@@ -314,7 +314,8 @@ class CopyOnWrite:
 
 
 def _read_changes_here(prefix: str, names: list[str]) -> tuple[Any, str]:
-    return ckpt.read_changes(prefix, names=names, verify=True), _index_xxh3_here(prefix)
+    changes = ckpt.read_changes(prefix, names=names, verify=True)
+    return changes, str(changes.index_xxh3)
 
 
 def _index_xxh3_here(prefix: str) -> str:

@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from ..checkpoint import CheckpointChanges, CheckpointReader, VariableChange, read_changes
+from ..checkpoint import CheckpointChanges, VariableChange, read_changes
 from ..checkpoint.reader import read_checkpoint_into
 from ..errors import CkptsyncRuntimeError, DataLossError, DeadlineExceededError, UnknownError
 from .frames import (
@@ -173,7 +173,8 @@ class CheckpointReadProcess:
                                  tuple(shape), np.dtype(dtype))
             for name, kind, digest, shape, dtype in doc["entries"]}
         changes = CheckpointChanges(doc["prefix"], doc["parent"], doc["parent_index_xxh3"],
-                                    doc["global_step"], doc["is_full"], variables)
+                                    doc["global_step"], doc["is_full"], variables,
+                                    doc["index_xxh3"])
         return changes, str(doc["index_xxh3"])
 
     def _request(self, tag: bytes, prefix: str, names: Sequence[str]
@@ -370,8 +371,7 @@ def _changes_job(request: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
     try:
         prefix = request["prefix"]
         changes = read_changes(prefix, list(request["names"]), verify=True)
-        with CheckpointReader(prefix) as reader:
-            own = reader.index_xxh3
+        own = changes.index_xxh3
         arrays: list[tuple[str, np.ndarray]] = []
         for name, c in changes.items():
             arrays += [(name + "\0rows", a) for a in [c.rows] if a is not None]
