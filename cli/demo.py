@@ -2,9 +2,12 @@
 
 Starts ``trainer run`` and ``infer serve`` of a model file (``--model``; default the
 bundled digits MLP, ``examples/digits_mlp.py``) as two OS processes on one fresh checkpoint
-directory, asks the server for the held-out digits every ``--interval-s`` seconds, and
-prints a live table of the trainer's step, the served version and the served accuracy.
-Exits 0 only if the served accuracy rose, every request after the first checkpoint was
+directory, asks the server for the held-out rows every ``--interval-s`` seconds, and
+prints a live table of the trainer's step, the served version and the served metric:
+accuracy for a digits classifier, ROC AUC for a binary model (an output ``logistic``,
+e.g. ``examples/ctr_embedding.py`` on ``synthetic-ctr``). Each checkpoint the server
+starts serving gets a line with its bytes and its publish-to-served time (``_demo_probe``).
+Exits 0 only if the served metric rose, every request after the first checkpoint was
 answered 200, and both processes ended cleanly.
 """
 
@@ -26,8 +29,15 @@ from typing import Any
 import click
 
 from ._common import Int, Real
+from ._demo_probe import CheckpointSync, SyncProbe, demo_task
 
 START_TIMEOUT_S = 90.0
+
+#: ``--steps``, ``--save-every-steps``, ``--max-steps-per-s`` by metric when not given:
+#: the CTR model's full checkpoints are 512 MB (table and Adagrad accumulator), so
+#: without ``--incremental`` it saves less often.
+DEFAULTS = {"accuracy": (1500, 50, 100.0), "auc": (600, 100, 50.0)}
+INCREMENTAL_SAVE_EVERY = {"auc": 10}
 
 
 @dataclass
@@ -103,13 +113,21 @@ def _stop(proc: subprocess.Popen[Any] | None, timeout_s: float = 20.0) -> int | 
 @click.command("demo")
 @click.option("--model", "model_path", default=None,
               type=click.Path(exists=True, dir_okay=False),
-              help="A model file (build_net over the digits' x [batch, 64]), e.g. "
-                   "examples/digits_cnn.py; default: the bundled digits MLP.")
-@click.option("--steps", default=1500, show_default=True, type=Int(min=1))
-@click.option("--save-every-steps", default=50, show_default=True, type=Int(min=1))
-@click.option("--max-steps-per-s", default=100.0, show_default=True,
-              type=Real(min=0, min_open=True),
-              help="Trainer throttle, so the served version visibly follows it.")
+              help="A model file (build_net over the digits' x [batch, 64], or a binary "
+                   "model such as examples/ctr_embedding.py), e.g. examples/digits_cnn.py; "
+                   "default: the bundled digits MLP.")
+@click.option("--data", default=None,
+              help="The trainer's --data; default: synthetic-ctr for a model with inputs "
+                   "user_id and item_id, else digits.")
+@click.option("--steps", default=None, type=Int(min=1),
+              help="Train until this step [default: 1500; 600 for a binary model].")
+@click.option("--save-every-steps", default=None, type=Int(min=1),
+              help="[default: 50; for a binary model 100, 10 with --incremental].")
+@click.option("--max-steps-per-s", default=None, type=Real(min=0, min_open=True),
+              help="Trainer throttle, so the served version visibly follows it "
+                   "[default: 100; 50 for a binary model].")
+@click.option("--incremental", is_flag=True,
+              help="The trainer writes incremental checkpoints (trainer run --incremental).")
 @click.option("--interval-s", default=0.5, show_default=True,
               type=Real(min=0.05), help="How often to query the server.")
 @click.option("--checkpoint-dir", default=None, type=click.Path(file_okay=False),
@@ -121,16 +139,16 @@ def _stop(proc: subprocess.Popen[Any] | None, timeout_s: float = 20.0) -> int | 
                    "them with tensorboard --logdir DIR.")
 @click.option("--timeout-s", default=600.0, show_default=True,
               type=Real(min=1), help="Give up after this long.")
-def demo(model_path: str | None, steps: int, save_every_steps: int, max_steps_per_s: float,
+def demo(model_path: str | None, data: str | None, steps: int | None,
+         save_every_steps: int | None, max_steps_per_s: float | None, incremental: bool,
          interval_s: float, checkpoint_dir: str | None, keep: bool, summary_dir: str | None,
          timeout_s: float) -> None:
-    """Train and serve a digits model (default the MLP) side by side; show the served
-    version improving."""
+    """Train and serve a model (default the digits MLP) side by side; show the served
+    version improving and, per checkpoint, its bytes and publish-to-served time."""
     # Deferred: `ckptsync --help` and the other commands start without these.
     import httpx
-    import numpy as np  # deferred: as above
 
-    from ckptsync.data import load_digits  # deferred: as above
+    from ckptsync.errors import CkptsyncError  # deferred: as above
 
     if checkpoint_dir is not None and os.path.isdir(checkpoint_dir) and os.listdir(checkpoint_dir):
         raise click.UsageError(f"--checkpoint-dir {checkpoint_dir} is not empty; the demo needs a "
@@ -140,6 +158,7 @@ def demo(model_path: str | None, steps: int, save_every_steps: int, max_steps_pe
     watch = _TrainerWatch()
     failures: list[str] = []
     accs: list[float] = []
+    probe: SyncProbe | None = None
     ok = interrupted = False
     work = tempfile.mkdtemp(prefix="ckptsync-demo-")
     logs: list[Any] = []
@@ -148,10 +167,19 @@ def demo(model_path: str | None, steps: int, save_every_steps: int, max_steps_pe
         os.makedirs(ckpt_dir, exist_ok=True)
         port_file = os.path.join(work, "port")
         model = _model_file(model_path)
-        test = load_digits().test
-        x, y = test["x"], test["y"]
-        body = {"instances": x.tolist()}
-        click.echo(f"checkpoints: {ckpt_dir}\nmodel: {model}\nheld-out digits: {len(y)}")
+        click.echo(f"checkpoints: {ckpt_dir}\nmodel: {model}")
+        try:
+            task = demo_task(model, data)
+        except CkptsyncError as e:
+            raise click.UsageError(str(e)) from None
+        d_steps, d_save, d_rate = DEFAULTS[task.metric]
+        if incremental:
+            d_save = INCREMENTAL_SAVE_EVERY.get(task.metric, d_save)
+        steps = steps or d_steps
+        save_every_steps = save_every_steps or d_save
+        max_steps_per_s = max_steps_per_s or d_rate
+        metric = "accuracy" if task.metric == "accuracy" else "AUC"
+        click.echo(f"data: {task.data}, held-out rows: {task.rows}, served metric: {metric}")
         tb_dir, tb_flags = _summary_dirs(summary_dir, work)
         if tb_dir and (keep or summary_dir):
             click.echo(f"tensorboard: tensorboard --logdir {tb_dir}")
@@ -165,37 +193,40 @@ def demo(model_path: str | None, steps: int, save_every_steps: int, max_steps_pe
         server = subprocess.Popen(
             [sys.executable, "-m", "ckptsync.cli.infer", "serve", "--model", model,
              "--checkpoint-dir", ckpt_dir, "--device", "cpu:1", "--port", "0",
-             "--port-file", port_file, "--model-name", "digits", *tb_flags["serve"]],
+             "--port-file", port_file, "--model-name", task.model_name, *tb_flags["serve"]],
             stdout=server_log, stderr=subprocess.STDOUT)
         trainer = subprocess.Popen(
             [sys.executable, "-m", "ckptsync.cli.trainer", "run", "--model", model,
-             "--data", "digits", "--checkpoint-dir", ckpt_dir, "--device", "cpu:0",
+             "--data", task.data, "--checkpoint-dir", ckpt_dir, "--device", "cpu:0",
              "--steps", str(steps), "--save-every-steps", str(save_every_steps),
              "--max-steps-per-s", str(max_steps_per_s), "--log-format", "json",
-             *tb_flags["train"]],
+             *(["--incremental"] if incremental else []), *tb_flags["train"]],
             stdout=subprocess.PIPE, stderr=trainer_log, text=True)
         reader = threading.Thread(target=watch.follow, args=(trainer.stdout,), daemon=True)
         reader.start()
         port = _wait_port(port_file, server, START_TIMEOUT_S)
-        url = f"http://127.0.0.1:{port}/v1/models/digits:predict"
-        click.echo(f"server: http://127.0.0.1:{port}/v1/models/digits\n")
+        url = f"http://127.0.0.1:{port}/v1/models/{task.model_name}:predict"
+        click.echo(f"server: http://127.0.0.1:{port}/v1/models/{task.model_name}\n")
+        probe = SyncProbe(ckpt_dir, url, task.probe_body)
+        probe.start()
         click.echo(f"{'time_s':>7}  {'trainer step':>12}  {'served version':>14}  "
-                   f"{'served accuracy':>15}")
+                   f"{'served ' + metric:>15}")
         t0 = time.monotonic()
         final_step: int | None = None
         last_version = None
         with httpx.Client(timeout=30.0) as client:
             while time.monotonic() - t0 < timeout_s:
                 tick = time.monotonic()
+                for sync in probe.take_new():
+                    click.echo(_sync_line(sync))
                 try:
-                    r = client.post(url, json=body)
+                    r = client.post(url, json=task.body)
                 except httpx.HTTPError as e:
                     failures.append(f"request error: {e}")
                     r = None
                 if r is not None and r.status_code == 200:
                     out = r.json()
-                    preds = np.asarray([p["classes"] for p in out["predictions"]])
-                    acc = float(np.mean(preds == y))
+                    acc = task.score(out)
                     accs.append(acc)
                     last_version = int(out["model_version"])
                     click.echo(f"{tick - t0:7.1f}  {watch.step:12d}  {last_version:14d}  "
@@ -216,6 +247,9 @@ def demo(model_path: str | None, steps: int, save_every_steps: int, max_steps_pe
                 time.sleep(max(0.0, interval_s - (time.monotonic() - tick)))
             else:
                 failures.append(f"timed out after {timeout_s:.0f} s")
+        probe.stop()
+        for sync in probe.take_new():
+            click.echo(_sync_line(sync))
         rc = _stop(server)
         server = None
         if rc != 0:
@@ -223,19 +257,21 @@ def demo(model_path: str | None, steps: int, save_every_steps: int, max_steps_pe
         rose = len(accs) >= 2 and accs[-1] > accs[0]
         click.echo("")
         if accs:
-            click.echo(f"served accuracy: first {accs[0]:.4f} -> last {accs[-1]:.4f} "
+            click.echo(f"served {metric}: first {accs[0]:.4f} -> last {accs[-1]:.4f} "
                        f"({len(accs)} answers, {len(failures)} failures)")
+        click.echo(_sync_summary(probe.records()))
         if watch.summary:
-            held_out = watch.summary.get("held_out_accuracy")
+            held_out = watch.summary.get("held_out_accuracy") if task.metric == "accuracy" \
+                else (watch.summary.get("held_out_metrics") or {}).get("auc")
             acc_text = (f"{held_out:.4f}" if isinstance(held_out, (int, float))
                         else str(held_out))
             click.echo(f"trainer: {watch.summary.get('checkpoints_written')} checkpoints, "
-                       f"held-out accuracy {acc_text}")
+                       f"held-out {metric} {acc_text}")
         for f in failures:
             click.echo(f"failure: {f}", err=True)
         ok = rose and not failures
         if not rose:
-            click.echo("failure: the served accuracy did not rise", err=True)
+            click.echo(f"failure: the served {metric} did not rise", err=True)
     except KeyboardInterrupt:  # Ctrl-C: stop both, keep nothing unless --keep
         interrupted = True
         raise
@@ -243,6 +279,8 @@ def demo(model_path: str | None, steps: int, save_every_steps: int, max_steps_pe
         # A second Ctrl-C must not cut the clean-up short (each stop is bounded).
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
+            if probe is not None:
+                probe.stop()
             _stop(trainer)
             _stop(server)
             for f in logs:
@@ -254,3 +292,32 @@ def demo(model_path: str | None, steps: int, save_every_steps: int, max_steps_pe
         finally:
             signal.signal(signal.SIGINT, previous)
     sys.exit(0 if ok else 1)
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "?"
+    return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n / 1e3:.1f} kB"
+
+
+def _sync_line(sync: CheckpointSync) -> str:
+    """``  checkpoint 120: 1.4 MB, publish -> served 31 ms``."""
+    lag = sync.publish_to_served_s
+    lag_text = "?" if lag is None else f"{lag * 1e3:.0f} ms"
+    return f"  checkpoint {sync.version}: {_size(sync.bytes)}, publish -> served {lag_text}"
+
+
+def _sync_summary(records: list[CheckpointSync]) -> str:
+    """How many checkpoints were published and served, their median bytes and the
+    publish-to-served p50/max."""
+    published = [r for r in records if r.published_s is not None]
+    lags = sorted(lag for r in records if (lag := r.publish_to_served_s) is not None)
+    sizes = sorted(r.bytes for r in published if r.bytes is not None)
+    text = (f"sync: {len(published)} checkpoints published, "
+            f"{sum(r.served_s is not None for r in records)} served")
+    if sizes:
+        text += f", median {_size(sizes[len(sizes) // 2])} (first {_size(published[0].bytes)})"
+    if lags:
+        text += (f", publish -> served p50 {lags[len(lags) // 2] * 1e3:.0f} ms, "
+                 f"max {lags[-1] * 1e3:.0f} ms")
+    return text

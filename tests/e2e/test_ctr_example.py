@@ -93,3 +93,34 @@ def test_trainer_run_reports_the_held_out_auc_rising(tmp_path):
     assert summary["held_out_metrics"]["auc"] == aucs[-1]
     assert summary["held_out_accuracy"] is None  # two inputs: not a classifier
     assert 0.0 < summary["held_out_loss"] < 0.7
+
+
+def _demo(tmp_path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        cli("main", "demo", "--model", CTR_MODEL, "--data", DATA, "--steps", "200",
+            "--max-steps-per-s", "100", "--interval-s", "0.25", "--checkpoint-dir",
+            str(tmp_path / "ckpts"), *extra),
+        env=env(), capture_output=True, text=True, timeout=240)
+
+
+def _served_auc(stdout: str) -> tuple[float, float]:
+    line = next(ln for ln in stdout.splitlines() if ln.startswith("served AUC"))
+    assert "0 failures" in line, line
+    first, last = (float(t) for t in line.split("first ")[1].split(" (")[0].split(" -> last "))
+    return first, last
+
+
+def test_the_demo_shows_the_served_auc_rising_and_each_checkpoints_bytes_and_lag(tmp_path):
+    r = _demo(tmp_path, "--save-every-steps", "100")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "data: synthetic-ctr:rows=100000, held-out rows: 4000, served metric: AUC" in r.stdout
+    first, last = _served_auc(r.stdout)
+    assert last > first + 0.02
+    # Every checkpoint served gets its line: bytes (table + accumulator) and the lag.
+    lines = [ln.strip() for ln in r.stdout.splitlines() if ln.startswith("  checkpoint ")]
+    assert [ln.split(":")[0] for ln in lines][-1] == "checkpoint 200"
+    assert all(" MB, publish -> served " in ln and ln.endswith(" ms") for ln in lines), lines
+    first_mb = float(lines[0].split(": ")[1].split(" MB")[0])
+    assert first_mb * 1e6 >= 2 * TABLE_BYTES  # a full checkpoint: table and accumulator
+    summary = next(ln for ln in r.stdout.splitlines() if ln.startswith("sync: "))
+    assert "3 checkpoints published, 3 served" in summary and "publish -> served p50" in summary
