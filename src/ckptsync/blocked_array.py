@@ -59,8 +59,8 @@ class BlockPool:
     Attributes:
         block_rows: rows per block (B). rows: rows of the table. dtype, row_shape: of a row.
 
-    Thread-safety: :meth:`_new_version` holds the lock; the attributes a reader uses are
-    replaced (new tuples), never mutated.
+    Thread-safety: :meth:`BlockedArray.with_rows` holds the lock while it takes blocks;
+    the attributes a reader uses are replaced (new tuples), never mutated.
     """
 
     def __init__(self, base: np.ndarray, block_rows: int):
@@ -70,6 +70,11 @@ class BlockPool:
         self.row_shape: tuple[int, ...] = tuple(base.shape[1:])
         self.n_blocks = -(-self.rows // block_rows)
         self.arenas: tuple[np.ndarray, ...] = (base,)
+        # Each arena's whole blocks as [blocks, B, *row_shape] (arena 0's short last block,
+        # if any, is reached through ``arenas`` only).
+        full = self.rows // block_rows
+        self.block_arenas: tuple[np.ndarray, ...] = (
+            base[: full * block_rows].reshape(full, block_rows, *self.row_shape),)
         self.starts: np.ndarray = np.zeros(1, np.int64)  # first block number of each arena
         self.capacity_blocks = self.n_blocks
         # Arena 0's short last block can hold only the table's own last block.
@@ -98,11 +103,13 @@ class BlockPool:
         for v in live:
             used[v._slots] = True
         free = np.flatnonzero(~used)
-        if free.size < k:
-            grow = max(k - free.size, -(-self.n_blocks // 16), 8)
+        if free.size < k:  # grow geometrically: few arenas, whatever the history
+            grow = max(k - free.size, -(-self.capacity_blocks // 16), 8)
             start = self.capacity_blocks
             arena = np.empty((grow * self.block_rows, *self.row_shape), self.dtype)
             self.arenas = (*self.arenas, arena)
+            self.block_arenas = (*self.block_arenas,
+                                 arena.reshape(grow, self.block_rows, *self.row_shape))
             self.starts = np.append(self.starts, start)
             self.capacity_blocks = start + grow
             free = np.concatenate([free, np.arange(start, start + grow, dtype=np.int64)])
@@ -229,11 +236,16 @@ class BlockedArray:
         arenas = self._arenas
         if len(arenas) == 1:
             return arenas[0][phys * b + off]
+        local = phys * b + off  # the row within its arena, once its start is taken off
         which = np.searchsorted(self._starts, phys, side="right") - 1
+        local -= self._starts[which] * b
         out = np.empty((flat.size, *self.shape[1:]), self.dtype)
-        for a in np.unique(which).tolist():
-            m = which == a
-            out[m] = arenas[a][(phys[m] - self._starts[a]) * b + off[m]]
+        for a, arena in enumerate(arenas):
+            at = np.flatnonzero(which == a)
+            if at.size == flat.size:
+                return arena[local]
+            if at.size:
+                out[at] = arena[local[at]]
         return out
 
     def to_ndarray(self) -> np.ndarray:
@@ -264,9 +276,9 @@ class BlockedArray:
             values: ``[k, *row_shape]`` of the table's dtype (cast if needed).
 
         Returns:
-            ``(new version, touched blocks (sorted int64 [t]), their rows' values)``: the
-            last is ``[rows in touched blocks, *row_shape]`` C-contiguous, block after
-            block (each block's rows back to back), for hashing the new blocks.
+            ``(new version, touched blocks (sorted int64 [t]), their new contents)``: the
+            last is ``[t, B, *row_shape]`` C-contiguous; of the table's short last block
+            only its first ``rows % B`` rows count (for hashing the new blocks).
 
         Raises:
             CkptsyncValueError: a row out of range, or ``values`` of the wrong shape.
@@ -282,31 +294,51 @@ class BlockedArray:
             raise CkptsyncValueError(
                 f"BlockedArray.with_rows: rows must lie in [0, {n}); got rows from "
                 f"{int(r.min())} to {int(r.max())}.")
-        blocks = np.unique(r // b)
-        span = (blocks[:, None] * b + np.arange(b, dtype=np.int64)).reshape(-1)
-        span = span[span < n]  # the last block may be short
-        data = self._rows(span)  # a copy of the touched blocks as they are
-        data[np.searchsorted(span, r)] = vals
+        blk = r // b
+        if r.size > 1 and not bool(np.all(r[1:] > r[:-1])):  # read_changes' rows are sorted
+            order = np.argsort(r, kind="stable")
+            r, blk, vals = r[order], blk[order], vals[order]
+        first = np.ones(blk.size, bool)
+        first[1:] = blk[1:] != blk[:-1]
+        blocks = blk[first]
+        data = self._blocks(blocks)  # a copy of the touched blocks as they are
+        data[np.cumsum(first) - 1, r - blk * b] = vals
         pool = self.pool
         with pool._lock:
             fresh = pool._free_blocks(blocks.size)
             slots = self._slots.copy()
             slots[blocks] = fresh
             new = BlockedArray(pool, slots)
-            blk = span // b
-            dst = fresh[np.searchsorted(blocks, blk)]
-            off = span - blk * b
-            _scatter(new._arenas, new._starts, b, dst, off, data)
+            which = np.searchsorted(pool.starts, fresh, side="right") - 1
+            for a, view in enumerate(pool.block_arenas):
+                at = np.flatnonzero(which == a)
+                if at.size == fresh.size:  # all in one arena (the usual case): no copy
+                    view[fresh - pool.starts[a]] = data
+                elif at.size:
+                    view[fresh[at] - pool.starts[a]] = data[at]
         return new, blocks, data
 
-
-def _scatter(arenas: tuple[np.ndarray, ...], starts: np.ndarray, b: int, phys: np.ndarray,
-             off: np.ndarray, data: np.ndarray) -> None:
-    """Writes ``data[j]`` at row ``off[j]`` of physical block ``phys[j]``."""
-    which = np.searchsorted(starts, phys, side="right") - 1
-    for a in np.unique(which).tolist():
-        m = which == a
-        arenas[a][(phys[m] - starts[a]) * b + off[m]] = data[m]
+    def _blocks(self, blocks: np.ndarray) -> np.ndarray:
+        """Logical blocks ``blocks`` as a new ``[t, B, *row_shape]`` array (of a short
+        last block, only its rows are set)."""
+        b, n = self.block_rows, self.shape[0]
+        phys = self._slots[blocks]
+        out = np.empty((blocks.size, b, *self.shape[1:]), self.dtype)
+        tail = n // b if n % b else -1  # arena 0's short block (the table's last one)
+        which = np.searchsorted(self._starts, phys, side="right") - 1
+        if tail >= 0:
+            which[phys == tail] = -1  # copied below
+        views = self.pool.block_arenas
+        for a in range(len(self._arenas)):
+            at = np.flatnonzero(which == a)
+            if at.size == phys.size:
+                np.take(views[a], phys - self._starts[a], axis=0, out=out)
+            elif at.size:
+                out[at] = np.take(views[a], phys[at] - self._starts[a], axis=0)
+        at = np.flatnonzero(phys == tail)
+        if at.size:
+            out[at[0], : n % b] = self._arenas[0][tail * b:]
+        return out
 
 
 def _writable(arr: np.ndarray) -> np.ndarray:

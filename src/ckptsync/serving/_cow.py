@@ -204,18 +204,19 @@ def apply_changes(served: Snapshot, digests: Mapping[str, np.ndarray], changes: 
 
 def _updated(vec: np.ndarray, blocks: np.ndarray, data: np.ndarray, b: int,
              rows: int) -> np.ndarray:
-    """``vec`` with the digests of ``blocks`` replaced by those of their rows in ``data``
-    (back to back, block after block; the table's last block may be short)."""
+    """``vec`` with the digests of ``blocks`` replaced by those of their contents
+    ``data`` (``[t, B, *row]``; of the table's short last block only its rows count)."""
     out = vec.copy()
     buf = _le(np.ascontiguousarray(data)).reshape(-1).view(np.uint8)
-    row_nbytes = buf.size // max(1, data.shape[0])
+    per_block = buf.size // max(1, data.shape[0])
+    row_nbytes = per_block // max(1, b)
     mv = buf.data
     h = xxhash.xxh3_64_intdigest
-    at = 0
-    for j in blocks.tolist():
-        n = min(b, rows - j * b) * row_nbytes
-        out[j] = h(mv[at:at + n])
-        at += n
+    digests = [h(mv[i * per_block:i * per_block + per_block]) for i in range(blocks.size)]
+    if blocks.size and rows % b and int(blocks[-1]) == rows // b:  # the short last block
+        at = (blocks.size - 1) * per_block
+        digests[-1] = h(mv[at:at + (rows % b) * row_nbytes])
+    out[blocks] = np.array(digests, dtype=np.uint64)
     return out
 
 
