@@ -95,3 +95,6 @@ def test_infer_serve_follows_incremental_checkpoints_copy_on_write(tmp_path, pro
              if line.startswith("ckptsync_loads_by_kind_total{")}
     # The first load is full; each later one applied its changes to the one before.
     assert kinds == {"copy_on_write": 6.0, "full": 1.0}, metrics
+    served = json.loads(_get(port, "/healthz"))["loader"]["served"]
+    assert served["version"] == 7 and served["load_kind"] == "copy_on_write"
+    assert 0 < served["bytes_read"] < VOCAB * DIM * 4 / 10  # the changed rows, not the table
