@@ -138,3 +138,20 @@ def test_a_digest_mismatch_refuses_the_copy_and_loads_in_full(tmp_path):
         snap = manager.wait_for_version(2, timeout_s=30)
         assert snap.load_kind == "full"
         _assert_serves(manager, trainer.last)
+
+
+def test_a_request_holding_a_version_sees_it_whole_while_later_ones_are_applied(tmp_path):
+    trainer = Trainer(str(tmp_path))
+    trainer.save(1)
+    # unload_wait_s=0: the next load does not wait for the held request to end.
+    with _manager(TableServable(), tmp_path, unload_wait_s=0.0) as manager:
+        held = manager.acquire(manager.wait_for_version(1, timeout_s=30).version)
+        want = ckpt.read_checkpoint(trainer.last, verify=True)
+        ids = np.arange(VOCAB, dtype=np.int64)
+        for step in range(2, 12):
+            trainer.save(step, n_rows=50)
+            assert manager.wait_for_version(step, timeout_s=30).load_kind == "copy_on_write"
+            # The request on version 1 still reads version 1, every row of it.
+            got = manager.servable.run(held.params, {"ids": ids})["y"]
+            np.testing.assert_array_equal(got, want["emb"] @ want["w"])
+        _assert_serves(manager, trainer.last)
