@@ -5,12 +5,14 @@ load composing the chain; the served values always equal a full read of that ver
 from __future__ import annotations
 
 import os
+import signal
 
 import numpy as np
 import pytest
 
 from ckptsync import checkpoint as ckpt
 from ckptsync.serving import ModelManager
+from tests.helpers import pid_gone
 
 from .conftest import wait_until
 from .test_cow import DIM, F32, VOCAB, TableServable, _params
@@ -154,4 +156,25 @@ def test_a_request_holding_a_version_sees_it_whole_while_later_ones_are_applied(
             # The request on version 1 still reads version 1, every row of it.
             got = manager.servable.run(held.params, {"ids": ids})["y"]
             np.testing.assert_array_equal(got, want["emb"] @ want["w"])
+        _assert_serves(manager, trainer.last)
+
+
+def test_a_stuck_read_of_changes_freezes_nothing_and_the_version_loads_in_full(tmp_path):
+    trainer = Trainer(str(tmp_path))
+    trainer.save(1)
+    with _manager(TableServable(), tmp_path, load_timeout_s=1.0) as manager:
+        manager.wait_for_version(1, timeout_s=30)
+        wait_until(lambda: manager._cow._served is not None)
+        reader = manager._reader
+        assert reader is not None and reader.pid is not None
+        stopped = reader.pid
+        os.kill(stopped, signal.SIGSTOP)  # the changes are read there: that read hangs
+        trainer.save(2)
+        ids = np.array([1, 2, 3], np.int64)
+        snap = manager.acquire()  # requests keep being answered meanwhile
+        assert manager.servable.run(snap.params, {"ids": ids})["y"].shape == (3, 2)
+        del snap
+        snap = manager.wait_for_version(2, timeout_s=30)
+        assert snap.load_kind == "full" and reader.worker.hangs == 1
+        assert pid_gone(stopped)
         _assert_serves(manager, trainer.last)
