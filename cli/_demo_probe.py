@@ -110,18 +110,34 @@ class CheckpointSync:
             first named the checkpoint; None if never seen there.
         served_s: wall-clock time of the first probe response with this version; None
             if none (the server skipped it).
+        kind: ``"delta"`` (an incremental checkpoint's changes) or ``"full"``; None if
+            the file was gone.
     """
 
     version: int
     bytes: int | None = None
     published_s: float | None = None
     served_s: float | None = None
+    kind: str | None = None
 
     @property
     def publish_to_served_s(self) -> float | None:
         if self.published_s is None or self.served_s is None:
             return None
         return self.served_s - self.published_s
+
+
+def _file_facts(prefix: str) -> tuple[int | None, str | None]:
+    """(bytes of ``prefix``'s data file, "delta" or "full"), None where it is gone."""
+    from ckptsync import checkpoint as ckpt  # deferred: as the demo's other imports
+    from ckptsync.errors import OpError  # deferred: as above
+
+    try:
+        size = os.stat(prefix + ".h5").st_size
+        with ckpt.CheckpointReader(prefix) as reader:
+            return size, "delta" if reader.is_delta else "full"
+    except (OSError, OpError):
+        return None, None
 
 
 def _step_of(path: str) -> int | None:
@@ -177,12 +193,9 @@ class SyncProbe(threading.Thread):
                 if rec.published_s is not None:
                     continue
                 rec.published_s = mtime_ns / 1e9
-            try:
-                size: int | None = os.stat(path + ".h5").st_size
-            except OSError:
-                size = None
+            size, kind = _file_facts(path)
             with self._lock:
-                rec.bytes = size
+                rec.bytes, rec.kind = size, kind
 
     def run(self) -> None:
         import httpx  # deferred: as the demo's other imports
@@ -211,10 +224,11 @@ class SyncProbe(threading.Thread):
                           if r.served_s is not None and v not in self._reported),
                          key=lambda r: r.version)
             self._reported.update(r.version for r in new)
-            return [CheckpointSync(r.version, r.bytes, r.published_s, r.served_s) for r in new]
+            return [CheckpointSync(r.version, r.bytes, r.published_s, r.served_s, r.kind)
+                    for r in new]
 
     def records(self) -> list[CheckpointSync]:
         """Every checkpoint seen (published or served), by version."""
         with self._lock:
-            return [CheckpointSync(r.version, r.bytes, r.published_s, r.served_s)
+            return [CheckpointSync(r.version, r.bytes, r.published_s, r.served_s, r.kind)
                     for _, r in sorted(self._records.items())]

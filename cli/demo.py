@@ -301,10 +301,11 @@ def _size(n: int | None) -> str:
 
 
 def _sync_line(sync: CheckpointSync) -> str:
-    """``  checkpoint 120: 1.4 MB, publish -> served 31 ms``."""
+    """``  checkpoint 120 (delta): 1.4 MB, publish -> served 31 ms``."""
     lag = sync.publish_to_served_s
     lag_text = "?" if lag is None else f"{lag * 1e3:.0f} ms"
-    return f"  checkpoint {sync.version}: {_size(sync.bytes)}, publish -> served {lag_text}"
+    return (f"  checkpoint {sync.version} ({sync.kind or '?'}): {_size(sync.bytes)}, "
+            f"publish -> served {lag_text}")
 
 
 def _sync_summary(records: list[CheckpointSync]) -> str:
@@ -313,7 +314,9 @@ def _sync_summary(records: list[CheckpointSync]) -> str:
     published = [r for r in records if r.published_s is not None]
     lags = sorted(lag for r in records if (lag := r.publish_to_served_s) is not None)
     sizes = sorted(r.bytes for r in published if r.bytes is not None)
-    text = (f"sync: {len(published)} checkpoints published, "
+    deltas = sum(r.kind == "delta" for r in published)
+    text = (f"sync: {len(published)} checkpoints published"
+            f"{f' ({deltas} deltas)' if deltas else ''}, "
             f"{sum(r.served_s is not None for r in records)} served")
     if sizes:
         text += f", median {_size(sizes[len(sizes) // 2])} (first {_size(published[0].bytes)})"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 import tracemalloc
@@ -116,11 +117,21 @@ def test_the_demo_shows_the_served_auc_rising_and_each_checkpoints_bytes_and_lag
     assert "data: synthetic-ctr:rows=100000, held-out rows: 4000, served metric: AUC" in r.stdout
     first, last = _served_auc(r.stdout)
     assert last > first + 0.02
-    # Every checkpoint served gets its line: bytes (table + accumulator) and the lag.
-    lines = [ln.strip() for ln in r.stdout.splitlines() if ln.startswith("  checkpoint ")]
-    assert [ln.split(":")[0] for ln in lines][-1] == "checkpoint 200"
-    assert all(" MB, publish -> served " in ln and ln.endswith(" ms") for ln in lines), lines
-    first_mb = float(lines[0].split(": ")[1].split(" MB")[0])
-    assert first_mb * 1e6 >= 2 * TABLE_BYTES  # a full checkpoint: table and accumulator
+    # Every checkpoint served gets its line: kind, bytes (table + accumulator), the lag.
+    served = _checkpoint_lines(r.stdout)
+    assert [v for v, _, _ in served] == [0, 100, 200]
+    assert all(kind == "full" and size >= 2 * TABLE_BYTES for _, kind, size in served)
     summary = next(ln for ln in r.stdout.splitlines() if ln.startswith("sync: "))
     assert "3 checkpoints published, 3 served" in summary and "publish -> served p50" in summary
+
+
+def _checkpoint_lines(stdout: str) -> list[tuple[int, str, float]]:
+    """(version, kind, bytes) of each ``  checkpoint N (kind): X MB, publish -> served
+    T ms`` line."""
+    pattern = re.compile(r"  checkpoint (\d+) \((full|delta)\): ([\d.]+) (MB|kB), "
+                         r"publish -> served \d+ ms")
+    lines = [ln for ln in stdout.splitlines() if ln.startswith("  checkpoint ")]
+    found = [pattern.fullmatch(ln) for ln in lines]
+    assert all(found), lines
+    return [(int(m[1]), m[2], float(m[3]) * (1e6 if m[4] == "MB" else 1e3))
+            for m in found if m is not None]
