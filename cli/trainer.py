@@ -69,6 +69,12 @@ def main() -> None:
       help="Write checkpoints in a background writer process; training continues once "
            "the values are copied. CKPTSYNC_WRITER_CPUS=0,2-3 pins the writer to "
            "those CPUs (default: none, where the scheduler puts it).")
+@_opt("--incremental/--no-incremental", default=False, show_default=True,
+      help="Incremental checkpoints: each stores only what changed since the previous "
+           "one (a delta every reader composes), with a full one every "
+           "--full-checkpoint-every-n and whenever a delta would be over half a full one.")
+@_opt("--full-checkpoint-every-n", default=16, show_default=True, type=Int(min=1),
+      help="With --incremental: every N-th checkpoint is a full one.")
 @_opt("--summary-dir", type=click.Path(file_okay=False), default=None,
       help="Write TensorBoard event files here (loss, steps/s, held-out loss and accuracy, "
            "checkpoint write time, the model's tf.summary ops); open with "
@@ -138,7 +144,7 @@ def _run(chief: bool, **kw: Any) -> None:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    report = _Reporter(opts.steps, log_format)
+    report = _Reporter(opts.steps, log_format, opts.incremental)
     try:
         summary = run_training(opts, on_progress=report if chief else None, stop_event=stop)
     except (ModelFileError, DataError) as e:
@@ -199,16 +205,28 @@ def _metrics_text(metrics: dict[str, Any], prefix: str) -> str:
                               for k, v in metrics.items())
 
 
+def _size(nbytes: int) -> str:
+    """``6.8 KiB``, ``256.0 MiB``: a file size for people."""
+    size, unit = float(nbytes), "bytes"
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            break
+        size /= 1024
+    return f"{nbytes} bytes" if unit == "bytes" else f"{size:.1f} {unit}"
+
+
 class _Reporter:
     """A progress bar on a terminal; a line per second otherwise (JSON with --log-format json)."""
 
-    def __init__(self, total: int, fmt: str):
+    def __init__(self, total: int, fmt: str, per_checkpoint: bool = False):
         self._fmt = fmt
+        self._per_checkpoint = per_checkpoint  # a line per checkpoint: kind and bytes
         self._tty = sys.stderr.isatty() and fmt == "text"
         self._bar: Any = None
         self._total = total
         self._last_line = 0.0
         self._shown = 0
+        self._last_kind = ""  # " (delta, 6.8 KiB)": the last checkpoint written
 
     def __call__(self, p: Any) -> None:
         if self._tty:
@@ -220,11 +238,22 @@ class _Reporter:
                 self._shown = p.step - 1
             sps = f"{p.steps_per_s:.0f}" if p.steps_per_s else "-"
             ck = os.path.basename(p.last_checkpoint) if p.last_checkpoint else "-"
+            if p.checkpoint is not None and self._per_checkpoint:
+                self._last_kind = f" ({p.checkpoint.kind}, {_size(p.checkpoint.nbytes)})"
+            ck += self._last_kind if p.last_checkpoint else ""
             if p.queued_checkpoints:
                 ck += f" (+{len(p.queued_checkpoints)} queued)"
             self._bar.update(max(0, p.step - self._shown), f"loss {p.loss:.4f} {sps} steps/s {ck}")
             self._shown = p.step
             return
+        c = p.checkpoint
+        if c is not None and self._per_checkpoint:  # a line per checkpoint, unthrottled
+            self._last_kind = f" ({c.kind}, {_size(c.nbytes)})"
+            if self._fmt == "json":
+                click.echo(json.dumps({"event": "checkpoint", "step": p.step, "path": c.path,
+                                       "kind": c.kind, "bytes": c.nbytes}))
+            else:
+                click.echo(f"checkpoint {c.path}: {c.kind}, {c.nbytes} bytes", err=True)
         now = time.monotonic()
         interval = 0.25 if self._fmt == "json" else 1.0
         evaluated = p.eval_accuracy is not None or p.eval_loss is not None
@@ -246,8 +275,9 @@ class _Reporter:
             if p.eval_accuracy is not None:
                 extra += f" held-out accuracy {p.eval_accuracy:.4f}"
             extra += _metrics_text(p.eval_metrics or {}, " held-out metrics ")
+            last = f"{p.last_checkpoint}{self._last_kind}" if p.last_checkpoint else "-"
             click.echo(f"step {p.step}/{p.last_step} loss {p.loss:.4f} {sps}, last "
-                       f"checkpoint {p.last_checkpoint or '-'}{queued}{extra}", err=True)
+                       f"checkpoint {last}{queued}{extra}", err=True)
 
     def close(self) -> None:
         if self._bar is not None:

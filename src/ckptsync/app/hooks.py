@@ -14,6 +14,7 @@ event given to :class:`LoopHook` may be set from another thread.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -22,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from .. import checkpoint as ckpt
+from ..checkpoint.retention import checkpoint_base
 from ..data import DataError, roc_auc
 from ..errors import InvalidArgumentError
 from ..ops.math_ops import argmax
@@ -34,10 +37,11 @@ from ..train.session_run_hook import (
     SessionRunValues,
 )
 from ..train.training_util import get_global_step
-from .options import Progress, TrainerOptions
+from .options import CheckpointWritten, Progress, TrainerOptions
 
 __all__ = ["EVAL_BATCH", "Evaluation", "FiniteSaver", "LoopHook", "PreflightHook",
-           "binary_output", "classes_output", "is_classifier", "make_evaluator", "nan_refusal"]
+           "binary_output", "classes_output", "describe_checkpoint", "is_classifier",
+           "make_evaluator", "nan_refusal"]
 
 #: Rows per ``session.run`` when the whole training or test set is evaluated.
 EVAL_BATCH = 4096
@@ -123,6 +127,7 @@ class LoopHook(SessionRunHook):
         self._eval_step: int | None = None  # the global step of the last evaluation
         self._t0 = time.perf_counter()
         self._window: list[float] = []
+        self._reported: str | None = None  # the last checkpoint a Progress described
 
     def begin(self) -> None:
         self._gs = get_global_step()
@@ -151,10 +156,14 @@ class LoopHook(SessionRunHook):
             self._eval_step = step
         if self._on_progress:
             hook = self._saver_hook
+            written = None
+            if hook.last_saved_path is not None and hook.last_saved_path != self._reported:
+                self._reported = hook.last_saved_path
+                written = describe_checkpoint(hook.last_saved_path)
             self._on_progress(Progress(
                 step, self._opts.steps, self.loss, sps, hook.last_saved_path,
                 None if ev is None else ev.accuracy, None if ev is None else ev.loss,
-                tuple(hook.queued_paths), None if ev is None else dict(ev.metrics)))
+                tuple(hook.queued_paths), None if ev is None else dict(ev.metrics), written))
         if self._opts.max_steps_per_s:
             wait = self._t0 + self.steps_run / self._opts.max_steps_per_s - time.perf_counter()
             if wait > 0:
@@ -171,6 +180,17 @@ class LoopHook(SessionRunHook):
             return  # the last step was evaluated (--eval-every divides it): same figures
         self._record(self._evaluate(session))
         self.evaluated_at_end = True
+
+
+def describe_checkpoint(path: str) -> CheckpointWritten:
+    """``path``'s kind (``"delta"`` when it composes from a base, else ``"full"``) and
+    data file size in bytes (0 when it is gone)."""
+    try:
+        nbytes = os.path.getsize(ckpt.data_path(path))
+    except OSError:
+        nbytes = 0
+    kind = "full" if checkpoint_base(path) is None else "delta"
+    return CheckpointWritten(path, kind, nbytes)
 
 
 class PreflightHook(SessionRunHook):

@@ -11,7 +11,18 @@ from typing import Any
 from ..device import canonical_device
 from ..errors import CkptsyncValueError
 
-__all__ = ["TrainerOptions", "Progress", "TrainingSummary"]
+__all__ = ["TrainerOptions", "Progress", "TrainingSummary", "CheckpointWritten"]
+
+
+@dataclass(frozen=True)
+class CheckpointWritten:
+    """A checkpoint that reached the disk: its ``path`` (prefix), ``kind`` (``"full"`` or
+    ``"delta"``: an incremental checkpoint composed with its base) and ``nbytes``, the
+    size of its data file in bytes."""
+
+    path: str
+    kind: str
+    nbytes: int
 
 
 @dataclass(frozen=True)
@@ -41,6 +52,9 @@ class TrainerOptions:
     #: TensorBoard event files of the run go here (None: none are written).
     summary_dir: str | None = None
     summary_every_steps: int = 10
+    #: Incremental checkpoints (``Saver(incremental=True)``): deltas between full ones.
+    incremental: bool = False
+    full_checkpoint_every_n: int = 16
 
     def __post_init__(self) -> None:
         if self.steps <= 0:
@@ -68,6 +82,9 @@ class TrainerOptions:
         if self.summary_every_steps <= 0:
             raise CkptsyncValueError(
                 f"summary_every_steps must be > 0, got {self.summary_every_steps}.")
+        if self.full_checkpoint_every_n < 1:
+            raise CkptsyncValueError(
+                f"full_checkpoint_every_n must be >= 1, got {self.full_checkpoint_every_n}.")
         canonical_device(self.device)
 
     @property
@@ -93,6 +110,8 @@ class Progress:
             first.
         eval_metrics: a ``model_fn``'s ``eval_metric_ops`` values when this step
             evaluated (name -> float), else None.
+        checkpoint: ``last_checkpoint`` described, when it reached the disk since the
+            previous Progress, else None.
     """
 
     step: int
@@ -104,6 +123,7 @@ class Progress:
     eval_loss: float | None = None
     queued_checkpoints: tuple[str, ...] = ()
     eval_metrics: dict[str, Any] | None = None
+    checkpoint: CheckpointWritten | None = None
 
 
 @dataclass

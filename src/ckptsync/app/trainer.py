@@ -135,7 +135,9 @@ def run_training(opts: TrainerOptions, on_progress: Callable[[Progress], None] |
             if est is not None else []
         # Only the chief saves: other ranks start no writer process.
         saver = FiniteSaver(max_to_keep=opts.max_to_keep,
-                             async_save=opts.async_save and par.is_chief)
+                             async_save=opts.async_save and par.is_chief,
+                             incremental=opts.incremental,
+                             full_checkpoint_every_n=opts.full_checkpoint_every_n)
         graph.add_to_collection(GraphKeys.SAVERS, saver)
         scaffold = Scaffold(saver=saver)
         tb = TrainerSummaries(opts.summary_dir, graph, opts.summary_every_steps) \

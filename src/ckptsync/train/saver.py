@@ -46,6 +46,7 @@ from ..checkpoint.management import remove_evicted
 from ..checkpoint.writer import first_nonfinite
 from ..errors import CkptsyncRuntimeError, CkptsyncValueError
 from ..workers import AsyncCheckpointWriter, StateUpdate
+from .saver_incremental import IncrementalSaves, SavedCheckpoint, save_incremental
 from .saver_paths import prepare_save_path
 from .saver_restore import RestoreSpec, restore_into_session, restore_specs
 from .saver_vars import build_var_map, check_session_graph, get_default_graph_step, is_saveable
@@ -82,6 +83,9 @@ class Saver:
             ``async_save`` the writer process checks (off the training thread), and the
             refusal is raised like a failed write: by the next ``save``,
             ``wait_until_finished`` or ``close``; that save is forgotten.
+        incremental: write what changed since the last checkpoint only (ckptsync
+            extension, :mod:`.saver_incremental`): deltas composed by every reader, a
+            full checkpoint every ``full_checkpoint_every_n`` (>= 1) and when needed.
 
     Raises:
         ValueError: "No variables to save" (unless allow_empty); duplicate names.
@@ -112,7 +116,8 @@ class Saver:
                  allow_empty: bool = False, write_version: Any = None,
                  pad_step_number: bool = False, save_relative_paths: bool = False,
                  filename: str | None = None, async_save: bool = False,
-                 require_finite: bool = False):
+                 require_finite: bool = False, incremental: bool = False,
+                 full_checkpoint_every_n: int = 16):
         if defer_build and var_list is not None:
             raise CkptsyncValueError(
                 "If `var_list` is provided then build cannot be deferred. Either set defer_build "
@@ -139,7 +144,10 @@ class Saver:
         # async: the writer process, and per queued save the retention state to roll
         # back to if it fails.
         self._writer: AsyncCheckpointWriter | None = None
-        self._rollback: list[tuple[str, Any]] = []  # (prefix, retention before it)
+        self._rollback: list[tuple[str, Any, Any]] = []  # (prefix, retention, incremental)
+        self._incremental = IncrementalSaves(full_checkpoint_every_n) if incremental else None
+        #: What the last incremental save wrote (kind, bytes), or None.
+        self.last_saved: SavedCheckpoint | None = None
         if not defer_build:
             self.build()
         if async_save:
@@ -257,10 +265,14 @@ class Saver:
             if real_dir not in self._swept_dirs:  # e.g. a symlink to a swept one
                 ckpt.sweep_temp_files(save_dir)
             self._swept_dirs.update((abs_dir, real_dir))
+        gs = get_default_graph_step(sess, var_map) if step is None else step
+        if self._incremental is not None and write_state:
+            self.last_saved = save_incremental(self, sess, prefix, save_dir, latest_filename,
+                                               gs, metadata)
+            return prefix
         keys, op_names, saveables = self._names()
         named = dict(zip(keys, sess.read_variables(op_names).values()))
         named.update((k, v.save_value(sess)) for k, v in saveables)
-        gs = get_default_graph_step(sess, var_map) if step is None else step
         if self._writer is not None:
             self._save_async(prefix, save_dir, latest_filename, named, gs, metadata, write_state)
             return prefix
@@ -277,7 +289,8 @@ class Saver:
             remove_evicted(evicted)
         return prefix
 
-    def _record(self, prefix: str) -> tuple[list[str], list[str]]:
+    def _record(self, prefix: str, depends_on: str | None = None
+                ) -> tuple[list[str], list[str]]:
         """Records ``prefix``; returns (prefixes to delete, prefixes the state lists).
 
         Retention spans every directory this Saver wrote to, as TF1's ``max_to_keep``;
@@ -285,7 +298,7 @@ class Saver:
         other directories' too, which readers here refuse as outside paths)."""
         if not self._max_to_keep:
             return [], [prefix]
-        evicted = self._retention.record(prefix, time.time())
+        evicted = self._retention.record(prefix, time.time(), depends_on)
         here = os.path.dirname(self._absolute(prefix))
         kept = [p for p in self._retention.last_checkpoints
                 if os.path.dirname(self._absolute(p)) == here]
@@ -317,7 +330,7 @@ class Saver:
             else:  # this save was refused before anything was sent
                 self._retention = before
             raise
-        self._rollback.append((absolute(prefix), before))
+        self._rollback.append((absolute(prefix), before, None))
         self._trim_rollback()
 
     def _absolute(self, path: str) -> str:
@@ -335,7 +348,13 @@ class Saver:
         """Forgets the rollback points of saves the writer has confirmed (confirmed in
         submission order, so the unconfirmed ones are the last ``len(pending)``)."""
         pending = self._writer.pending_count if self._writer is not None else 0
+        self._confirmed(self._rollback[:len(self._rollback) - pending])
         self._rollback = self._rollback[len(self._rollback) - pending:] if pending else []
+
+    def _confirmed(self, saves: list[tuple[str, Any, Any]]) -> None:
+        if self._incremental is not None:
+            for prefix, _, _ in saves:
+                self._incremental.confirmed(prefix)
 
     def _finish_async(self, timeout_s: float | None = None) -> None:
         """Waits for the queued async saves; on a failure forgets it (and the saves
@@ -351,6 +370,7 @@ class Saver:
         except BaseException:
             self._roll_back()
             raise
+        self._confirmed(self._rollback)
         self._rollback = []
 
     def _roll_back(self, writer: AsyncCheckpointWriter | None = None) -> None:
@@ -363,6 +383,8 @@ class Saver:
         if 0 < count <= len(self._rollback):
             self._retention = self._rollback[-count][1]
             self._retention.forget_missing()
+            if self._incremental is not None:  # their changes go back to the tracker
+                self._incremental.roll_back([e[2] for e in self._rollback[-count:]])
         self._rollback = []
 
     @property
@@ -370,7 +392,7 @@ class Saver:
         """Absolute prefixes of the async saves started and not yet confirmed on disk
         (data file durable and state file published), oldest first, as of the last
         ``save``, :meth:`poll_saves` or wait; always [] for a synchronous Saver."""
-        return [prefix for prefix, _ in self._rollback]
+        return [prefix for prefix, _, _ in self._rollback]
 
     def poll_saves(self) -> int:
         """Takes the writer's confirmations that have arrived, without blocking, and
@@ -461,6 +483,8 @@ class Saver:
         if self._specs is None:
             self._specs = restore_specs(var_map)
         restore_into_session(sess, save_path, self._specs, self._reshape)
+        if self._incremental is not None:  # the next save is full, parent save_path
+            self._incremental.restored(sess, self._absolute(save_path))
 
     def as_saver_def(self) -> dict[str, Any]:
         return {"max_to_keep": self._max_to_keep, "filename": self._filename,

@@ -29,6 +29,7 @@ import numpy as np
 from ..checkpoint import management, writer
 from ..checkpoint import state as state_file
 from ..errors import InvalidArgumentError
+from . import incremental_jobs
 from .frames import encode_frame, error_reply, readable_waiter, recv_frame, send_frame
 from .shared_arrays import ArrayLayout, SharedBuffer
 
@@ -80,7 +81,9 @@ def _run_job(job: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> dict[s
     """Writes one job's data file, then its state file, then deletes the evicted
     checkpoints; a NaN/Inf with ``require_finite`` refuses the job before any write."""
     try:
-        if job.get("require_finite"):
+        if job.get("incremental") is not None:  # checks only what it stores
+            incremental_jobs.write_job(job, arrays)
+        elif job.get("require_finite"):
             bad = writer.first_nonfinite(arrays)
             if bad is not None:
                 raise InvalidArgumentError(
@@ -88,9 +91,10 @@ def _run_job(job: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> dict[s
                     f"checkpoint {job['prefix']} (require_finite).")
         state = job["state"]
         metadata = job["metadata"]  # JSON text (or None), as the owner validated it
-        writer.write_checkpoint(job["prefix"], arrays, job["global_step"],
-                         None if metadata is None else json.loads(metadata),
-                         sync_directory=state is None)
+        if job.get("incremental") is None:
+            writer.write_checkpoint(job["prefix"], arrays, job["global_step"],
+                                    None if metadata is None else json.loads(metadata),
+                                    sync_directory=state is None)
         if state is not None:
             state_file.update_checkpoint_state(
                 state["save_dir"],

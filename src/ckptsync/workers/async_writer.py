@@ -55,6 +55,7 @@ from ..checkpoint.writer import check_global_step, metadata_json, prepare_arrays
 from ..errors import CkptsyncRuntimeError, CkptsyncValueError, UnknownError
 from ._writer_recovery import remove_leftovers, was_published
 from .frames import NOT_READY, FrameReader, error_from_reply, send_frame
+from .incremental_jobs import IncrementalJob
 from .placement import pin_process, writer_cpus
 from .process import WorkerProcess, python_command
 from .shared_arrays import ArrayLayout, SharedBuffer
@@ -106,9 +107,10 @@ class _Slot:
             self.buffer.close()
             self.buffer = None
 
-    def copy_in(self, layout: ArrayLayout, arrays: Mapping[str, np.ndarray]) -> None:
-        """Copies ``arrays`` (normalized, in ``layout``'s order) into this slot's buffer,
-        growing it (a new buffer, to be sent again) when ``layout`` needs more room."""
+    def copy_in(self, layout: ArrayLayout, arrays: Mapping[str, np.ndarray],
+                incremental: IncrementalJob | None = None) -> None:
+        """Copies ``arrays`` (normalized, in ``layout``'s order; only what ``incremental``
+        stores) into this slot's buffer, growing it (a new buffer) when it needs room."""
         size = layout.size_bytes
         if self.buffer is None or self.buffer.size_bytes < size:
             self.close()
@@ -118,6 +120,8 @@ class _Slot:
         if self.layout is not layout:
             self.targets = layout.views(self.buffer.mm)
             self.layout = layout
+        if incremental is not None:
+            return incremental.copy_in(self.targets, arrays)
         copyto = np.copyto
         for dst, src in zip(self.targets, arrays.values()):
             copyto(dst, src)
@@ -261,6 +265,7 @@ class AsyncCheckpointWriter:
         delete: Sequence[str] = (),
         require_finite: bool = False,
         rewrites: bool = False,
+        incremental: IncrementalJob | None = None,
     ) -> None:
         """Copies ``arrays`` and queues writing ``prefix``; waits only for a free slot.
 
@@ -281,6 +286,7 @@ class AsyncCheckpointWriter:
             require_finite: the worker refuses to write the copy if a floating-point
                 variable holds NaN or Inf; the refusal is that job's failure
                 (InvalidArgumentError naming the variable), raised like a write error.
+            incremental: write an incremental checkpoint, copying only what it stores.
 
         Raises:
             CkptsyncTypeError, CkptsyncValueError: bad keys, dtypes, step or metadata
@@ -316,7 +322,7 @@ class AsyncCheckpointWriter:
         if index == len(self._slots):
             self._slots.append(_Slot())
         slot = self._slots[index]
-        slot.copy_in(layout, prepared)
+        slot.copy_in(layout, prepared, incremental)
         submitted = time.time()  # the worker's file says it was created after this
         job = {
             "prefix": prefix,
@@ -326,6 +332,7 @@ class AsyncCheckpointWriter:
             "state": None if state is None else state.__dict__,
             "delete": list(delete),
             "require_finite": require_finite,
+            "incremental": None if incremental is None else incremental.to_doc(),
         }
         try:
             self._send(slot, index, job)
