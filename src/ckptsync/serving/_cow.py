@@ -253,12 +253,14 @@ class CopyOnWrite:
         self._made: tuple[weakref.ref[Snapshot], str, dict[str, np.ndarray]] | None = None
 
     def use_reader(self, reader: Any) -> None:
-        """Full loads read through ``reader`` (a ``CheckpointReadProcess``, or None: in
-        this process), mapped writable so that a table's blocks are reused in place."""
-        self.read = None if reader is None else partial(reader.read, writable=True)
-        if reader is not None:  # a stuck read of changes then stalls no request either
-            self.read_changes = reader.read_changes
-            self.index_xxh3 = lambda prefix: reader.read_changes(prefix, [])[1]
+        """Reads go through ``reader`` (a ``CheckpointReadProcess``, or None: in this
+        process), so that a stuck read stalls no request either."""
+        if reader is None:
+            self.read = None
+            return
+        self.read = partial(_read_split, reader, self.servable.row_gathered_variables)
+        self.read_changes = partial(reader.read_changes, writable=True)
+        self.index_xxh3 = lambda prefix: reader.read_changes(prefix, [])[1]
 
     def load(self, target: AspiredVersion, served: Snapshot | None) -> Snapshot:
         """The snapshot of ``target``: copy-on-write from ``served`` when ``target``'s
@@ -288,6 +290,8 @@ class CopyOnWrite:
                 return
             self._served = None
             index = self.index_xxh3(snap.prefix)
+            if index in (None, "None"):  # TF's checkpoints have no index hash
+                return
             self._served = _Served(weakref.ref(snap), index, version_digests(snap.params))
         except Exception as e:  # a vanished file, a damaged index: full loads from now on
             logger.info("copy-on-write swaps after version %d are off (%s)", snap.version, e)
@@ -312,6 +316,19 @@ class CopyOnWrite:
             return None
         self._made = (weakref.ref(snap), own, digests)
         return snap
+
+
+def _read_split(reader: Any, tables: frozenset[str], prefix: str, names: list[str]
+                ) -> dict[str, np.ndarray]:
+    """A full read in two shared blocks: the gathered-only tables mapped writable (their
+    blocks are reused in place for later versions, so that block stays mapped while
+    they are served) and the other variables read-only (freed once replaced)."""
+    mine = [n for n in names if n in tables]
+    if not mine:
+        return dict(reader.read(prefix, names))
+    rest = [n for n in names if n not in tables]
+    return {**reader.read(prefix, mine, writable=True),
+            **(reader.read(prefix, rest) if rest else {})}
 
 
 def _read_changes_here(prefix: str, names: list[str]) -> tuple[Any, str]:

@@ -154,18 +154,19 @@ class CheckpointReadProcess:
         reply, fd = self._request(b"R", prefix, names)
         return _map(reply, fd, writable)
 
-    def read_changes(self, prefix: str, names: Sequence[str]
+    def read_changes(self, prefix: str, names: Sequence[str], writable: bool = False
                      ) -> tuple[CheckpointChanges, str]:
         """What checkpoint ``prefix`` records against its predecessor, as
         ``checkpoint.read_changes(prefix, names, verify=True)``, and its own index hash
         (``CheckpointReader.index_xxh3``), read in the worker (``names`` empty: only the
-        hash and the links). The rows and values are read-only views of one shared block.
+        hash and the links). The rows and values are views of one shared block
+        (read-only unless ``writable``, as :meth:`read`).
 
         Raises:
             as :meth:`read`.
         """
         reply, fd = self._request(b"C", prefix, names)
-        arrays = _map(reply, fd)
+        arrays = _map(reply, fd, writable)
         doc = reply["changes"]
         variables = {
             name: VariableChange(name, kind, arrays.get(name + "\0rows"),
