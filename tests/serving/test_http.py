@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import warnings
 
 import numpy as np
@@ -14,7 +15,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", StarletteDeprecationWarning)
     from starlette.testclient import TestClient
 
-from ckptsync.serving import ModelManager, create_app
+from ckptsync.serving import HttpOptions, ModelManager, create_app
 
 from .conftest import MLPServable, mlp_params, publish, wait_until
 
@@ -194,6 +195,27 @@ def test_large_body_runs_in_thread_pool(serve):
     r = client.post("/v1/models/mlp:predict", json={"instances": X})
     assert r.status_code == 200
     np.testing.assert_allclose(r.json()["predictions"], expected_logits(7), rtol=1e-5)
+
+
+@pytest.mark.parametrize("interval_s", [0.004, None])
+def test_a_pool_predict_runs_with_the_switch_interval_raised_then_restored(serve, interval_s):
+    servable = MLPServable()
+    seen: list[float] = []
+    servable.run_hook = lambda: seen.append(sys.getswitchinterval())
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(0.0001)  # as infer serve runs
+    try:
+        client, _, _ = serve(servable=servable, options=HttpOptions(
+            inline_max_body_bytes=200, pool_switch_interval_s=interval_s))
+        small = client.post("/v1/models/mlp:predict", json={"instances": X})  # inline
+        big = client.post("/v1/models/mlp:predict", json={"instances": X * 10})  # the pool
+        assert (small.status_code, big.status_code) == (200, 200)
+        np.testing.assert_allclose(big.json()["predictions"], expected_logits(7, X * 10),
+                                   rtol=1e-5)
+        assert seen == pytest.approx([0.0001, interval_s or 0.0001])
+        assert sys.getswitchinterval() == pytest.approx(0.0001)  # restored
+    finally:
+        sys.setswitchinterval(before)
 
 
 def test_unexpected_exception_is_500_and_server_survives(serve):

@@ -27,6 +27,7 @@ def test_defaults_are_the_documented_ones():
     h = HttpOptions()
     assert (h.max_request_bytes, h.max_batch_size, h.inline_max_body_bytes) == (
         64 * 2**20, 4096, 64 * 2**10)
+    assert h.pool_switch_interval_s == 0.005  # CPython's default
     assert h.admin_token is None
 
 
@@ -81,6 +82,8 @@ def test_none_is_allowed_where_documented():
     ({"max_request_bytes": 0}, CkptsyncValueError, r"max_request_bytes must be > 0, got 0"),
     ({"max_batch_size": -3}, CkptsyncValueError, r"max_batch_size must be > 0"),
     ({"inline_max_body_bytes": -1}, CkptsyncValueError, r"inline_max_body_bytes must be >= 0"),
+    ({"pool_switch_interval_s": 0}, CkptsyncValueError,
+     r"pool_switch_interval_s must be > 0 or None, got 0"),
     ({"admin_token": "  "}, CkptsyncValueError, r"admin_token must not be empty"),
     ({"admin_token": b"t"}, CkptsyncTypeError, r"admin_token must be a str"),
     ({"max_batch_size": 1.5}, CkptsyncTypeError, r"max_batch_size must be an int"),

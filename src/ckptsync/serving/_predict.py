@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import re
+import sys
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -33,12 +35,45 @@ from ._responses import (
 if TYPE_CHECKING:  # http imports this module
     from .http import RestApi
 
-__all__ = ["PREDICT_PATH", "PredictHandler"]
+__all__ = ["PREDICT_PATH", "PredictHandler", "raised_switch_interval"]
 
 
 # Pool threads that may run big predicts at once (the rest queue for them).
 BIG_REQUEST_THREADS = 1
 PREDICT_PATH = re.compile(r"^/v1/models/([^/]+)(?:/versions/([0-9]+))?:predict$")
+
+
+class _SwitchInterval:
+    """The process's interpreter switch interval, raised while any big predict runs.
+
+    :meth:`enter` raises ``sys.setswitchinterval`` to at least its argument (the first
+    of nested entries keeps the value it found); :meth:`exit` of the last restores that
+    value. Thread-safety: any thread (a lock orders entries and exits).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._saved = 0.0
+
+    def enter(self, interval_s: float) -> None:
+        with self._lock:
+            if self._depth == 0:
+                self._saved = sys.getswitchinterval()
+            self._depth += 1
+            if sys.getswitchinterval() < interval_s:
+                sys.setswitchinterval(interval_s)
+
+    def exit(self) -> None:
+        with self._lock:
+            self._depth -= 1
+            if self._depth == 0:
+                # CPython keeps whole microseconds and truncates (get gives 100 us as
+                # 9.999...e-05): half a microsecond more restores exactly what was found.
+                sys.setswitchinterval(self._saved + 0.5e-6)
+
+
+raised_switch_interval = _SwitchInterval()  # process-wide, as the interval is
 
 
 class PredictHandler:
@@ -54,7 +89,8 @@ class PredictHandler:
 
     Who calls what: :class:`~.http.ServingApp` awaits :meth:`handle` for every ASGI
     call; the handler calls ``api.predict_bytes`` (inline for bodies up to
-    ``inline_max_body_bytes``, else in a pool thread, ``BIG_REQUEST_THREADS`` at a time),
+    ``inline_max_body_bytes``, else in a pool thread, ``BIG_REQUEST_THREADS`` at a time,
+    under :data:`raised_switch_interval`),
     ``api.count`` and the latency histogram. Thread-safety: holds no per-request state; any number of
     concurrent requests.
     """
@@ -67,6 +103,19 @@ class PredictHandler:
         # app with 64 connections at 256 rows). Made on the event loop at first use.
         self._limiter: anyio.CapacityLimiter | None = None
         self._observe = api.latency.labels("predict").observe
+        self._switch_interval_s = api.options.pool_switch_interval_s
+
+    def _predict_in_pool(self, body: bytes, version: int | None) -> tuple[bytes, str]:
+        """``api.predict_bytes`` on the pool thread, the switch interval raised to
+        ``pool_switch_interval_s`` meanwhile (see :class:`~.options.HttpOptions`)."""
+        interval_s = self._switch_interval_s
+        if interval_s is None:
+            return self.api.predict_bytes(body, version)
+        raised_switch_interval.enter(interval_s)
+        try:
+            return self.api.predict_bytes(body, version)
+        finally:
+            raised_switch_interval.exit()
 
     async def handle(self, scope: Any, receive: Any, send: Any) -> bool:
         """Answers the request if it is a predict (True); False (nothing received or sent)
@@ -100,7 +149,7 @@ class PredictHandler:
                 if self._limiter is None:
                     self._limiter = anyio.CapacityLimiter(BIG_REQUEST_THREADS)
                 data, served = await anyio.to_thread.run_sync(
-                    api.predict_bytes, body, version, limiter=self._limiter)
+                    self._predict_in_pool, body, version, limiter=self._limiter)
             status = 200
             headers.append((b"x-model-version", served.encode()))
         except ClientGone:

@@ -23,7 +23,9 @@ microseconds of numpy) decoding, the forward and encoding run inline on the even
 which is faster than a thread hop; bigger requests run in a pool thread so they do not
 stall other connections, one at a time (``_predict.BIG_REQUEST_THREADS``: decoding and
 encoding hold the interpreter lock, so more threads only take it from each other and from
-the event loop). A body over 1 MiB is decoded row by row and refused at the first row past
+the event loop); meanwhile the switch interval is at least ``pool_switch_interval_s``
+(5 ms), so the event loop takes the lock from it that often at most, not every 0.1 ms. A
+body over 1 MiB is decoded row by row and refused at the first row past
 ``max_batch_size``. Either way the request acquires one snapshot and finishes on it.
 
 One path per request: ``:predict`` is answered only by :class:`._predict.PredictHandler`
