@@ -36,7 +36,7 @@ START_TIMEOUT_S = 90.0
 #: ``--steps``, ``--save-every-steps``, ``--max-steps-per-s`` by metric when not given:
 #: the CTR model's full checkpoints are 512 MB (table and Adagrad accumulator), so
 #: without ``--incremental`` it saves less often.
-DEFAULTS = {"accuracy": (1500, 50, 100.0), "auc": (600, 100, 50.0)}
+DEFAULTS = {"accuracy": (1500, 50, 100.0), "auc": (1000, 100, 50.0)}
 INCREMENTAL_SAVE_EVERY = {"auc": 10}
 
 
@@ -120,7 +120,7 @@ def _stop(proc: subprocess.Popen[Any] | None, timeout_s: float = 20.0) -> int | 
               help="The trainer's --data; default: synthetic-ctr for a model with inputs "
                    "user_id and item_id, else digits.")
 @click.option("--steps", default=None, type=Int(min=1),
-              help="Train until this step [default: 1500; 600 for a binary model].")
+              help="Train until this step [default: 1500; 1000 for a binary model].")
 @click.option("--save-every-steps", default=None, type=Int(min=1),
               help="[default: 50; for a binary model 100, 10 with --incremental].")
 @click.option("--max-steps-per-s", default=None, type=Real(min=0, min_open=True),

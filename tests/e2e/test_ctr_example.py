@@ -111,18 +111,22 @@ def _served_auc(stdout: str) -> tuple[float, float]:
     return first, last
 
 
-def test_the_demo_shows_the_served_auc_rising_and_each_checkpoints_bytes_and_lag(tmp_path):
-    r = _demo(tmp_path, "--save-every-steps", "100")
+def test_the_incremental_demo_shows_the_served_auc_rising_and_each_checkpoints_bytes(tmp_path):
+    r = _demo(tmp_path, "--incremental", "--save-every-steps", "10")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "data: synthetic-ctr:rows=100000, held-out rows: 4000, served metric: AUC" in r.stdout
     first, last = _served_auc(r.stdout)
     assert last > first + 0.02
-    # Every checkpoint served gets its line: kind, bytes (table + accumulator), the lag.
+    # Every checkpoint served gets its line: kind, bytes, publish -> served.
     served = _checkpoint_lines(r.stdout)
-    assert [v for v, _, _ in served] == [0, 100, 200]
-    assert all(kind == "full" and size >= 2 * TABLE_BYTES for _, kind, size in served)
+    assert served[0][:2] == (0, "full") and served[-1][0] == 200
+    full = [size for _, kind, size in served if kind == "full"]
+    deltas = [size for _, kind, size in served if kind == "delta"]
+    assert all(size >= 2 * TABLE_BYTES for size in full)  # table and Adagrad accumulator
+    assert deltas and max(deltas) < TABLE_BYTES / 50
     summary = next(ln for ln in r.stdout.splitlines() if ln.startswith("sync: "))
-    assert "3 checkpoints published, 3 served" in summary and "publish -> served p50" in summary
+    assert summary.startswith("sync: 21 checkpoints published (") and " deltas), " in summary
+    assert "publish -> served p50" in summary
 
 
 def _checkpoint_lines(stdout: str) -> list[tuple[int, str, float]]:
