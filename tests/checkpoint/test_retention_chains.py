@@ -7,13 +7,19 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-import h5py
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckptsync.checkpoint import CheckpointRetention, write_checkpoint
+from ckptsync.checkpoint import (
+    CheckpointRetention,
+    block_digests,
+    checkpoint_chain,
+    variable_digest,
+    write_checkpoint,
+    write_incremental_checkpoint,
+)
 from ckptsync.checkpoint.retention import checkpoint_base
 from ckptsync.errors import CkptsyncTypeError
 
@@ -120,6 +126,18 @@ def test_resaving_a_held_base_makes_it_a_kept_checkpoint_again() -> None:
     assert r.last_checkpoints == ["f-0"]
 
 
+def test_saving_a_base_again_drops_what_composed_through_it() -> None:
+    r = CheckpointRetention(max_to_keep=5, start_time=0.0)
+    r.record("f-0", 0.0)
+    r.record("d-1", 1.0, depends_on="f-0")
+    r.record("d-2", 2.0, depends_on="d-1")
+    r.record("g-3", 3.0)
+    # Restored f-0 and trained on: d-1 is written again (another file), d-2 was composed
+    # from the old d-1 and no longer reads.
+    assert r.record("d-1", 4.0, depends_on="f-0") == ["d-2"]
+    assert r.last_checkpoints == ["f-0", "g-3", "d-1"]
+
+
 def test_copy_is_independent() -> None:
     r = CheckpointRetention(max_to_keep=1, start_time=0.0)
     r.record("f-0", 0.0)
@@ -138,13 +156,14 @@ def test_bad_depends_on() -> None:
 
 
 def _delta_file(prefix: Path, base: str | None) -> str:
-    """A checkpoint whose root attribute ``base`` names ``base`` (what a delta records;
-    only that attribute matters to retention)."""
-    written = write_checkpoint(prefix, {"v": np.ones(1)})
-    if base is not None:
-        with h5py.File(written + ".h5", "a") as f:
-            f.attrs["base"] = base
-    return written
+    """A real checkpoint: a delta on ``base`` (its name in the same directory), or a
+    full one for None."""
+    value = np.full(4, len(str(prefix)), np.float32)
+    digest = {"v": variable_digest(block_digests(value))}
+    if base is None:
+        return write_checkpoint(prefix, {"v": value})
+    return write_incremental_checkpoint(prefix, {"v": value}, {"v": None},
+                                        str(prefix.parent / base), digest, full=False)
 
 
 def test_recover_learns_the_bases_of_recovered_deltas(tmp_path: Path) -> None:
@@ -152,6 +171,7 @@ def test_recover_learns_the_bases_of_recovered_deltas(tmp_path: Path) -> None:
     for i in range(1, 4):
         paths.append(_delta_file(tmp_path / f"m-{i}", f"m-{i - 1}"))
     assert checkpoint_base(paths[2]) == paths[1]
+    assert checkpoint_chain(paths[3]) == paths
     assert checkpoint_base(paths[0]) is None
     assert checkpoint_base(str(tmp_path / "missing")) is None
     r = CheckpointRetention(max_to_keep=2)  # the N-hour clock starts now: no keeps

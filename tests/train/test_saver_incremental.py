@@ -192,6 +192,34 @@ def test_restore_makes_the_next_save_full_and_names_the_restored_parent(tmp_path
         assert saver.last_saved.kind == "full (no parent)"
 
 
+def test_saving_again_over_a_base_drops_the_deltas_composed_through_it(tmp_path: Path
+                                                                       ) -> None:
+    """Back to step 1 and on: step 2 is saved again, so the old step 3 (a delta on the
+    old step 2) no longer reads; it is dropped from the state file and deleted, and
+    every checkpoint the state file names restores."""
+    g, train, init = _embedding_adagrad()
+    with g.as_default():
+        saver = cs.train.Saver(max_to_keep=10, incremental=True)
+        reader = cs.train.Saver()
+    with cs.Session(graph=g) as sess:
+        sess.run(init)
+        for step in range(4):
+            sess.run(train)
+            saver.save(sess, str(tmp_path / "model.ckpt"), global_step=step)
+        saver.restore(sess, str(tmp_path / "model.ckpt-1"))
+        sess.run(train)
+        saver.save(sess, str(tmp_path / "model.ckpt"), global_step=2)
+        assert _listed(tmp_path) == [str(tmp_path / f"model.ckpt-{i}") for i in range(3)]
+        assert not (tmp_path / "model.ckpt-3.h5").exists()
+        _check_restorable(tmp_path, g, reader)
+        sess.run(train)
+        saver.save(sess, str(tmp_path / "model.ckpt"), global_step=3)
+        assert saver.last_saved.kind == "delta"
+        want = sess.read_variables(["emb", "w"])
+    got = ckpt.read_checkpoint(str(tmp_path / "model.ckpt-3"), verify=True)
+    assert all(got[k].tobytes() == want[k].tobytes() for k in want)
+
+
 def test_no_usable_predecessor_gives_a_full_checkpoint(tmp_path: Path) -> None:
     """Another directory, a deleted or replaced predecessor, write_state=False."""
     g, train, init = _embedding_adagrad()

@@ -263,7 +263,9 @@ class CheckpointRetention:
         Returns:
             The prefixes to delete, oldest first: ``[]`` or the evicted checkpoint
             (unless N-hour preservation keeps it, or a recorded checkpoint needs it),
-            plus any held base that no recorded checkpoint needs any more.
+            plus any held base that no recorded checkpoint needs any more, and (first)
+            any recorded checkpoint composed through an earlier ``prefix``: saving
+            ``prefix`` again replaced the file it composes from.
 
         Raises:
             CkptsyncTypeError: ``depends_on`` is not a prefix or prefixes.
@@ -273,8 +275,12 @@ class CheckpointRetention:
             return []
         now = time.time() if timestamp is None else float(timestamp)
         prefix = os.fspath(prefix)
-        self._last = [(p, t) for p, t in self._last if p != prefix]
-        self._held = [(p, t) for p, t in self._held if p != prefix]
+        # Saved again: what composed through the old file no longer reads (its base's
+        # index hash changed); such checkpoints are dropped and deleted.
+        broken = [p for p, _ in self._last + self._held
+                  if p != prefix and prefix in self._needed_by([p])]
+        self._last = [(p, t) for p, t in self._last if p != prefix and p not in broken]
+        self._held = [(p, t) for p, t in self._held if p != prefix and p not in broken]
         self._last.append((prefix, now))
         self._deps[prefix] = deps
         if len(self._last) > self._max_to_keep:
@@ -300,6 +306,7 @@ class CheckpointRetention:
             else:
                 delete.append(p)
         self._held = keep_held
+        delete = broken + delete
         for p in delete:
             self._deps.pop(p, None)
         return delete

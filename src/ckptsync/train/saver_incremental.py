@@ -192,7 +192,8 @@ class IncrementalSaves:
     def restored(self, sess: Any, prefix: str) -> None:
         """``sess`` was just restored from ``prefix`` (absolute): the next save is full
         and names ``prefix`` as its parent (when in the same directory)."""
-        self._tracker_for(sess)
+        if getattr(sess, "track_changes", None) is not None:  # else the next save raises
+            self._tracker_for(sess)
         self._digests = {}
         self._pred = _Predecessor(prefix, _identity(prefix))
         self._since_full = 0
