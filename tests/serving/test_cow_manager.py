@@ -114,14 +114,23 @@ def test_a_server_that_starts_late_composes_the_chain_then_follows_copy_on_write
         _assert_serves(manager, trainer.last)
 
 
-def test_a_missed_version_is_a_full_load(tmp_path):
+def test_a_server_behind_applies_the_versions_between_and_else_loads_in_full(tmp_path):
     trainer = Trainer(str(tmp_path))
     trainer.save(1)
     with _manager(TableServable(), tmp_path) as manager:
         manager.wait_for_version(1, timeout_s=30)
-        trainer.save(2, publish=False)  # the server never sees version 2
-        trainer.save(3)
-        snap = manager.wait_for_version(3, timeout_s=30)
+        wait_until(lambda: manager._cow._served is not None)
+        trainer.save(2, publish=False)  # the server never sees versions 2 and 3
+        trainer.save(3, publish=False, full=True)  # (a full checkpoint with a parent)
+        trainer.save(4)
+        snap = manager.wait_for_version(4, timeout_s=30)
+        assert snap.load_kind == "copy_on_write"  # 2, 3 and 4 applied in turn
+        _assert_serves(manager, trainer.last)
+        # A checkpoint without a parent breaks the chain: what follows loads in full.
+        trainer.last = None
+        trainer.save(5, publish=False)
+        trainer.save(6)
+        snap = manager.wait_for_version(6, timeout_s=30)
         assert snap.load_kind == "full"
         _assert_serves(manager, trainer.last)
 

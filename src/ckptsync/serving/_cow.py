@@ -15,8 +15,10 @@ Each changed variable's block-digest vector is updated (only the touched blocks 
 hashed) and every variable's digest compared with the one the checkpoint records after
 applying; only the changed values are checked for NaN/Inf. Any mismatch or error refuses
 this path and the manager loads the version in full (``load_snapshot``, which composes a
-chain), so a mixed model is never served. Not at the parent (started late, missed one,
-pinned elsewhere, ``free_before_load``): a full load.
+chain), so a mixed model is never served. A server behind by a few versions applies each
+one's changes in turn when the chain of parents reaches the served version (at most
+:data:`MAX_STEPS`, reading no more than the model's size); otherwise (started late, a
+plain full checkpoint between, pinned elsewhere, ``free_before_load``) a full load.
 
 Who calls what (the manager's load thread only)::
 
@@ -30,6 +32,7 @@ immutable and shared by requests on any thread.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -48,7 +51,7 @@ from ..blocked_array import BlockedArray
 from ..errors import DataLossError, InvalidArgumentError
 from .loader import Snapshot, load_snapshot
 from .servable import Servable
-from .source import AspiredVersion
+from .source import AspiredVersion, parse_version
 
 __all__ = ["CopyOnWrite", "apply_changes", "version_digests"]
 
@@ -57,6 +60,8 @@ logger = logging.getLogger("ckptsync.serving.manager")
 #: Row-gathered variables at least this big are stored in blocks (smaller: plain).
 MIN_BLOCKED_BYTES = 64 * 1024
 LOAD_FULL, LOAD_COW = "full", "copy_on_write"
+#: Most checkpoints a server behind the trainer applies in one go (else: a full load).
+MAX_STEPS = 32
 
 
 @dataclass
@@ -301,21 +306,62 @@ class CopyOnWrite:
         if served is None or state is None or state.snapshot() is not served:
             return None
         names = list(self.servable.variable_specs)
+        start = time.perf_counter()
         try:
-            changes, own = self.read_changes(target.prefix, names)
-            parent = getattr(changes, "parent", None)
-            if parent is None or os.path.basename(parent) != os.path.basename(served.prefix) \
-                    or changes.parent_index_xxh3 != state.index_xxh3:
-                return None  # not at its parent: a full load composes the chain
-            snap, digests, _ = apply_changes(served, state.digests, changes, self.servable,
-                                             target.prefix, target.version,
-                                             self.allow_nonfinite)
+            last, own = self.read_changes(target.prefix, names)
+            steps = [target.prefix]
+            if not _links(last, served.prefix, state.index_xxh3):
+                # Behind by more than one: the versions between, if the chain reaches back
+                # to the served one (else a full load composes the chain).
+                between = self._between(last, served.prefix, state.index_xxh3)
+                if between is None:
+                    return None
+                steps = between + steps
+            snap, digests, index, total = served, state.digests, state.index_xxh3, 0
+            for prefix in steps:  # one step's changes in memory at a time
+                changes, step_own = (last, own) if prefix == target.prefix else \
+                    self.read_changes(prefix, names)
+                if not _links(changes, snap.prefix, index):
+                    return None  # a file replaced meanwhile
+                version = target.version if prefix == target.prefix else \
+                    parse_version(prefix) or 0
+                snap, digests, nbytes = apply_changes(snap, digests, changes, self.servable,
+                                                      prefix, version, self.allow_nonfinite)
+                index, total = step_own, total + nbytes
+                del changes
+                if total > served.nbytes and prefix != target.prefix:
+                    return None  # a full load reads less
         except Exception as e:
             logger.warning("copy-on-write apply of version %d onto version %d refused (%s); "
                            "loading it in full", target.version, served.version, e)
             return None
+        snap = dataclasses.replace(snap, bytes_read=total,
+                                   load_duration_s=time.perf_counter() - start)
         self._made = (weakref.ref(snap), own, digests)
         return snap
+
+    def _between(self, changes: Any, served_prefix: str, served_index: str
+                 ) -> list[str] | None:
+        """The prefixes from the served version's successor up to ``changes``' parent,
+        oldest first, when following parents from ``changes`` reaches the served version
+        within :data:`MAX_STEPS` checkpoints; else None."""
+        found: list[str] = []
+        while len(found) < MAX_STEPS:
+            parent = getattr(changes, "parent", None)
+            if parent is None:
+                return None
+            found.append(parent)
+            changes, _ = self.read_changes(parent, [])  # its links only
+            if _links(changes, served_prefix, served_index):
+                return found[::-1]
+        return None
+
+
+def _links(changes: Any, prefix: str, index_xxh3: str) -> bool:
+    """True when ``changes`` names ``prefix`` (with that index hash) as its predecessor."""
+    parent = getattr(changes, "parent", None)
+    return parent is not None and os.path.basename(parent) == os.path.basename(prefix) \
+        and changes.parent_index_xxh3 == index_xxh3
 
 
 def _read_split(reader: Any, tables: frozenset[str], prefix: str, names: list[str]
