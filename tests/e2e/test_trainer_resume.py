@@ -8,6 +8,7 @@ import subprocess
 import time
 
 import numpy as np
+import pytest
 
 from ckptsync import checkpoint as ckpt
 
@@ -18,8 +19,11 @@ def _params(prefix: str) -> dict[str, np.ndarray]:
     return ckpt.read_checkpoint(prefix)
 
 
-def test_sigkill_then_restart_gives_bit_identical_parameters(tmp_path):
-    common = ["--model", MODEL, "--steps", "240", "--save-every-steps", "40", "--seed", "3"]
+@pytest.mark.parametrize("extra", [[], ["--incremental", "--full-checkpoint-every-n", "3"]],
+                         ids=["full", "incremental"])
+def test_sigkill_then_restart_gives_bit_identical_parameters(tmp_path, extra):
+    common = ["--model", MODEL, "--steps", "240", "--save-every-steps", "40", "--seed", "3",
+              *extra]
     straight = tmp_path / "straight"
     r = subprocess.run(cli("trainer", "run", *common, "--checkpoint-dir", str(straight)),
                        env=env(), capture_output=True, text=True, timeout=120)

@@ -66,14 +66,18 @@ def _run_script(body: str, *args: str, timeout_s: float = 60) -> dict[str, Any]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_writer_sigkilled_at_random_moments_leaves_a_verified_latest(tmp_path: Path) -> None:
+@pytest.mark.parametrize("incremental", [False, True], ids=["full", "incremental"])
+def test_writer_sigkilled_at_random_moments_leaves_a_verified_latest(tmp_path: Path,
+                                                                     incremental: bool) -> None:
     """60 trainer processes (forked from one warm parent) are SIGKILLed at random moments
     of a save loop: during the data write, fsync, rename, state file, deletion. After
     each kill latest_checkpoint names a checkpoint that reads, verifies and is
     consistent, and the next Saver sweeps the dead writers' temp files. Every tenth
     process is killed on an event, not a clock: it says (through a pipe) that it is
     inside the fsync of its second save's temp file, and waits there for its kill, so
-    that some kills surely land mid-write, after a published checkpoint."""
+    that some kills surely land mid-write, after a published checkpoint. Incremental:
+    every value changes each save, so these are full checkpoints naming their parent
+    (tests/e2e/test_incremental_trainer.py kills a trainer writing deltas)."""
     result = _run_script(
         """
         import time
@@ -101,7 +105,7 @@ def test_writer_sigkilled_at_random_moments_leaves_a_verified_latest(tmp_path: P
                                     time.sleep(3600)  # until the kill
                             real_fsync(fd)
                         os.fsync = fsync_then_wait
-                    saver = cs.train.Saver(max_to_keep=2)
+                    saver = cs.train.Saver(max_to_keep=2, incremental=INCREMENTAL)
                     s = step
                     while True:
                         set_step(s)
@@ -127,7 +131,7 @@ def test_writer_sigkilled_at_random_moments_leaves_a_verified_latest(tmp_path: P
         print(json.dumps({"kills": kills, "with_temp": with_temp, "mid_write": mid_write,
                           "steps": steps, "temp_after": temp_files(),
                           "final": check_latest()}))
-        """,
+        """.replace("INCREMENTAL", str(incremental)),
         str(tmp_path),
         timeout_s=90,
     )
