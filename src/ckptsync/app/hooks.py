@@ -157,7 +157,8 @@ class LoopHook(SessionRunHook):
         if self._on_progress:
             hook = self._saver_hook
             written = None
-            if hook.last_saved_path is not None and hook.last_saved_path != self._reported:
+            if self._opts.incremental and hook.last_saved_path is not None and \
+                    hook.last_saved_path != self._reported:
                 self._reported = hook.last_saved_path
                 written = describe_checkpoint(hook.last_saved_path)
             self._on_progress(Progress(

@@ -110,8 +110,8 @@ class Progress:
             first.
         eval_metrics: a ``model_fn``'s ``eval_metric_ops`` values when this step
             evaluated (name -> float), else None.
-        checkpoint: ``last_checkpoint`` described, when it reached the disk since the
-            previous Progress, else None.
+        checkpoint: with ``incremental``, ``last_checkpoint`` described when it reached
+            the disk since the previous Progress, else None.
     """
 
     step: int
