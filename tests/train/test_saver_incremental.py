@@ -258,6 +258,25 @@ def test_no_usable_predecessor_gives_a_full_checkpoint(tmp_path: Path) -> None:
     assert all(got[k].tobytes() == want[k].tobytes() for k in want)
 
 
+def test_after_an_async_saver_closes_its_saves_go_on_as_deltas(tmp_path: Path) -> None:
+    g, train, init = _embedding_adagrad()
+    with g.as_default():
+        saver = cs.train.Saver(max_to_keep=None, incremental=True, async_save=True)
+    with cs.Session(graph=g) as sess:
+        sess.run(init)
+        saver.save(sess, str(tmp_path / "m"), global_step=0)
+        sess.run(train)
+        saver.save(sess, str(tmp_path / "m"), global_step=1)
+        saver.close()  # written by the writer process; from now on synchronously
+        sess.run(train)
+        saver.save(sess, str(tmp_path / "m"), global_step=2)
+        assert saver.last_saved.kind == "delta"
+        assert saver.last_saved.parent == str(tmp_path / "m-1")
+        want = sess.read_variables(["emb", "w"])
+    got = ckpt.read_checkpoint(str(tmp_path / "m-2"), verify=True)
+    assert all(got[k].tobytes() == want[k].tobytes() for k in want)
+
+
 def test_a_delta_over_half_a_full_checkpoint_is_written_full(tmp_path: Path) -> None:
     g = cs.Graph()
     with g.as_default():

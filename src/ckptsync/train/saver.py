@@ -434,6 +434,7 @@ class Saver:
         writer.failed_prefix, writer.failed_count = None, 0
         try:
             writer.wait()
+            self._confirmed(self._rollback)
         except BaseException:
             self._roll_back(writer)
             raise
