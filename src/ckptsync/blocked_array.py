@@ -39,7 +39,8 @@ from .errors import CkptsyncValueError
 
 __all__ = ["BlockPool", "BlockedArray"]
 
-_BLOCK_BYTES = 4096  # as checkpoint.digests.BLOCK_BYTES (this layer may not import it)
+_BLOCK_BYTES = 4096  # as checkpoint.digests.BLOCK_BYTES
+_CHUNK_BLOCKS = 256  # blocks copied at a time by with_rows (~1 MiB)
 
 
 def default_block_rows(shape: tuple[int, ...], itemsize: int) -> int:
@@ -103,8 +104,8 @@ class BlockPool:
         for v in live:
             used[v._slots] = True
         free = np.flatnonzero(~used)
-        if free.size < k:  # grow geometrically: few arenas, whatever the history
-            grow = max(k - free.size, -(-self.capacity_blocks // 16), 8)
+        if free.size < k:  # what is missing and 1/64 more: few arenas, little slack
+            grow = max(k - free.size + -(-self.capacity_blocks // 64), 8)
             start = self.capacity_blocks
             arena = np.empty((grow * self.block_rows, *self.row_shape), self.dtype)
             self.arenas = (*self.arenas, arena)
@@ -267,18 +268,18 @@ class BlockedArray:
         return view
 
     # -- the next version ----------------------------------------------------------------
-    def with_rows(self, rows: Any, values: Any) -> tuple[BlockedArray, np.ndarray, np.ndarray]:
+    def with_rows(self, rows: Any, values: Any) -> tuple[BlockedArray, np.ndarray]:
         """The next version: this one with rows ``rows`` set to ``values``; every block
-        no row falls in is shared with this version, each touched block is copied once.
+        no row falls in is shared with this version, each touched block is copied once
+        (straight into its new place, a few hundred blocks at a time: no second copy of
+        the touched blocks is ever held).
 
         Args:
             rows: int64 ``[k]`` indices of dim 0, unique (sorted or not).
             values: ``[k, *row_shape]`` of the table's dtype (cast if needed).
 
         Returns:
-            ``(new version, touched blocks (sorted int64 [t]), their new contents)``: the
-            last is ``[t, B, *row_shape]`` C-contiguous; of the table's short last block
-            only its first ``rows % B`` rows count (for hashing the new blocks).
+            ``(new version, the touched blocks: sorted int64 [t])``.
 
         Raises:
             CkptsyncValueError: a row out of range, or ``values`` of the wrong shape.
@@ -301,22 +302,43 @@ class BlockedArray:
         first = np.ones(blk.size, bool)
         first[1:] = blk[1:] != blk[:-1]
         blocks = blk[first]
-        data = self._blocks(blocks)  # a copy of the touched blocks as they are
-        data[np.cumsum(first) - 1, r - blk * b] = vals
+        of_row = np.cumsum(first) - 1  # each row's index into ``blocks``
         pool = self.pool
         with pool._lock:
             fresh = pool._free_blocks(blocks.size)
             slots = self._slots.copy()
             slots[blocks] = fresh
-            new = BlockedArray(pool, slots)
-            which = np.searchsorted(pool.starts, fresh, side="right") - 1
-            for a, view in enumerate(pool.block_arenas):
-                at = np.flatnonzero(which == a)
-                if at.size == fresh.size:  # all in one arena (the usual case): no copy
-                    view[fresh - pool.starts[a]] = data
-                elif at.size:
-                    view[fresh[at] - pool.starts[a]] = data[at]
-        return new, blocks, data
+            new = BlockedArray(pool, slots)  # not visible to anyone until returned
+            for c0 in range(0, blocks.size, _CHUNK_BLOCKS):
+                c1 = min(c0 + _CHUNK_BLOCKS, blocks.size)
+                data = self._blocks(blocks[c0:c1])  # these blocks as they are
+                r0, r1 = np.searchsorted(of_row, [c0, c1])
+                data[of_row[r0:r1] - c0, r[r0:r1] - blk[r0:r1] * b] = vals[r0:r1]
+                dst = fresh[c0:c1]
+                which = np.searchsorted(pool.starts, dst, side="right") - 1
+                for a, view in enumerate(pool.block_arenas):
+                    at = np.flatnonzero(which == a)
+                    if at.size == dst.size:  # all in one arena (the usual case)
+                        view[dst - pool.starts[a]] = data
+                    elif at.size:
+                        view[dst[at] - pool.starts[a]] = data[at]
+        return new, blocks
+
+    def block_bytes(self, blocks: Any) -> list[memoryview]:
+        """The bytes (C order, the dtype's byte order) of each of the logical ``blocks``,
+        memoryviews of the pool: valid while this version lives (for hashing)."""
+        b, n = self.block_rows, self.shape[0]
+        row_nbytes = math.prod(self.shape[1:]) * self.dtype.itemsize
+        idx = np.asarray(blocks, np.int64).reshape(-1)
+        phys = self._slots[idx]
+        which = np.searchsorted(self._starts, phys, side="right") - 1
+        flat = [a.reshape(-1).view(np.uint8).data for a in self._arenas]
+        starts = self._starts.tolist()
+        out = []
+        for j, p, a in zip(idx.tolist(), phys.tolist(), which.tolist()):
+            at = (p - starts[a]) * b * row_nbytes
+            out.append(flat[a][at:at + min(b, n - j * b) * row_nbytes])
+        return out
 
     def _blocks(self, blocks: np.ndarray) -> np.ndarray:
         """Logical blocks ``blocks`` as a new ``[t, B, *row_shape]`` array (of a short

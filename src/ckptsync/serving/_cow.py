@@ -97,9 +97,7 @@ def _table_digests(table: BlockedArray) -> np.ndarray:
     arena = table.pool.arenas[0]
     if len(table.pool.arenas) == 1 and np.array_equal(slots, np.arange(slots.size)):
         return ckpt.block_digests(arena[: table.shape[0]])  # a fresh full load: in order
-    h = xxhash.xxh3_64_intdigest
-    return np.fromiter((h(_le(table.block_view(j)).data) for j in range(slots.size)),
-                       dtype=np.uint64, count=slots.size)
+    return _updated(np.zeros(slots.size, np.uint64), table, np.arange(slots.size))
 
 
 def version_digests(params: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -168,8 +166,8 @@ def apply_changes(served: Snapshot, digests: Mapping[str, np.ndarray], changes: 
             read_bytes += rows.nbytes + values.nbytes
             _check_finite(path, name, values, allow_nonfinite)
             if isinstance(old, BlockedArray):
-                new, blocks, data = old.with_rows(rows, values)
-                vec = _updated(vec, blocks, data, new.block_rows, new.shape[0])
+                new, blocks = old.with_rows(rows, values)
+                vec = _updated(vec, new, blocks)
             else:
                 new = np.array(old, order="C")
                 new[rows] = values
@@ -207,21 +205,15 @@ def apply_changes(served: Snapshot, digests: Mapping[str, np.ndarray], changes: 
     return snap, new_digests, read_bytes
 
 
-def _updated(vec: np.ndarray, blocks: np.ndarray, data: np.ndarray, b: int,
-             rows: int) -> np.ndarray:
-    """``vec`` with the digests of ``blocks`` replaced by those of their contents
-    ``data`` (``[t, B, *row]``; of the table's short last block only its rows count)."""
+def _updated(vec: np.ndarray, table: BlockedArray, blocks: np.ndarray) -> np.ndarray:
+    """``vec`` with the digests of ``blocks`` replaced by those of ``table``'s."""
     out = vec.copy()
-    buf = _le(np.ascontiguousarray(data)).reshape(-1).view(np.uint8)
-    per_block = buf.size // max(1, data.shape[0])
-    row_nbytes = per_block // max(1, b)
-    mv = buf.data
     h = xxhash.xxh3_64_intdigest
-    digests = [h(mv[i * per_block:i * per_block + per_block]) for i in range(blocks.size)]
-    if blocks.size and rows % b and int(blocks[-1]) == rows // b:  # the short last block
-        at = (blocks.size - 1) * per_block
-        digests[-1] = h(mv[at:at + (rows % b) * row_nbytes])
-    out[blocks] = np.array(digests, dtype=np.uint64)
+    if table.dtype.byteorder == ">":  # hash the format's little-endian bytes
+        got = [h(_le(table.block_view(j)).data) for j in blocks.tolist()]
+    else:
+        got = [h(mv) for mv in table.block_bytes(blocks)]
+    out[blocks] = np.array(got, dtype=np.uint64)
     return out
 
 
