@@ -43,6 +43,7 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -58,7 +59,7 @@ CTR_MODEL = os.path.join(ROOT, "examples", "ctr_embedding.py")
 MLP_MODEL = os.path.join(ROOT, "examples", "digits_mlp.py")
 sys.path.insert(0, HERE)
 
-from bench_serving import Probe, request_bytes, start, stop, tree_pss_kib  # noqa: E402
+from bench_serving import Probe, request_bytes, tree_pss_kib  # noqa: E402
 
 import ckptsync as cs  # noqa: E402
 from ckptsync.data import BatchIterator, load_dataset, load_digits  # noqa: E402
@@ -125,14 +126,25 @@ class Samples:
 
 
 class Server:
-    """``infer serve`` of ``model`` over ``directory`` with a one-row probe."""
+    """``infer serve`` of ``model`` over ``directory`` with a one-row probe; its log goes
+    to ``WORK/NAME.log`` (never a pipe nobody reads: hundreds of swaps could fill it)."""
 
     def __init__(self, work: str, name: str, model: str, directory: str, body: dict):
         port_file = os.path.join(work, f"{name}.port")
-        self.proc, port = start(
+        self.log_path = os.path.join(work, f"{name}.log")
+        self._log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(
             [sys.executable, "-m", "ckptsync.cli.infer", "serve", "--model", model,
              "--checkpoint-dir", directory, "--port", "0", "--port-file", port_file,
-             "--log-level", "warning", "--model-name", "m"], port_file)
+             "--log-level", "warning", "--model-name", "m"],
+            stdout=subprocess.DEVNULL, stderr=self._log)
+        deadline = time.monotonic() + 120
+        while not (os.path.exists(port_file) and open(port_file).read().strip()):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.close()
+                raise RuntimeError(f"infer serve did not start: {self.log_tail()}")
+            time.sleep(0.02)
+        port = int(open(port_file).read())
         self.probe = Probe(port, request_bytes("/v1/models/m:predict",
                                                json.dumps(body).encode()))
         status, _ = self.probe.predict()  # 503: no checkpoint yet
@@ -147,14 +159,27 @@ class Server:
             if status == 200 and v is not None and v >= version:
                 return time.time()
             if time.monotonic() > deadline:
-                raise RuntimeError(f"version {version} not served in {timeout_s} s (last {v})")
+                raise RuntimeError(f"version {version} not served in {timeout_s} s (last {v}): "
+                               f"{self.log_tail()}")
 
     def pss_kib(self) -> int:
         return tree_pss_kib(self.proc.pid)
 
+    def log_tail(self) -> str:
+        with open(self.log_path) as f:
+            return f.read()[-2000:]
+
     def close(self) -> None:
-        self.probe.close()
-        stop(self.proc)
+        if hasattr(self, "probe"):
+            self.probe.close()
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self._log.close()
 
 
 class Trainer:
@@ -325,7 +350,8 @@ def report(out: dict[str, Samples], extra: dict[str, Any] | None, title: str
         if s.lag_s:
             print(row("publish -> served", "ms", 1e3, s.lag_s))
         if s.rows and any(s.rows):
-            print(row("rows looked up per checkpoint", "%", 1e-4, [float(r) for r in s.rows]))
+            # Adagrad changes exactly the rows a step looked up (table and accumulator).
+            print(row("rows changed per checkpoint", "%", 1e-4, [float(r) for r in s.rows]))
         if s.peak_kib and extra:
             base = extra[f"base_kib_{m}"]
             params_kib = extra["params_bytes"] / 1024
