@@ -88,7 +88,7 @@ class _Files:
         self.reads: list[str] = []
 
     def read_changes(self, prefix: str, names: list[str]) -> tuple[Any, str]:
-        self.reads.append(prefix)
+        self.reads.append((prefix, bool(names)))  # (prefix, values read)
         return self.changes[prefix], self.index_xxh3(prefix)
 
     @staticmethod
@@ -158,7 +158,7 @@ def test_a_digest_mismatch_falls_back_to_a_full_load_with_the_right_values(tmp_p
     snap2 = s.cow.load(AspiredVersion(2, prefix2), s.snap1)
     assert snap2.load_kind == "full"
     np.testing.assert_array_equal(np.asarray(snap2.params["emb"]), new["emb"])
-    assert s.files.reads == [prefix2]
+    assert s.files.reads == [(prefix2, False), (prefix2, True)]  # links, then values
 
 
 def test_a_corrupt_served_block_is_caught_by_the_digest(tmp_path, cow_setup):
@@ -184,6 +184,7 @@ def test_not_at_the_parent_loads_in_full(tmp_path, cow_setup):
     assert s.cow.load(AspiredVersion(2, prefix2), s.snap1).load_kind == "full"
     prefix3, _ = _next(tmp_path, s, 3, rows, 8, s.prefix1, parent_hash="f" * 16)
     assert s.cow.load(AspiredVersion(3, prefix3), s.snap1).load_kind == "full"
+    assert (prefix3, True) not in s.files.reads  # its values are read once, in full
     # A server that started late (nothing served) loads in full without reading changes.
     fresh = CopyOnWrite(TableServable(), read_changes=s.files.read_changes,
                         index_xxh3=s.files.index_xxh3)

@@ -114,7 +114,10 @@ def _entry(changes: Any, name: str) -> Any:
 def _check_finite(path: str, name: str, values: np.ndarray, allow_nonfinite: bool) -> None:
     if allow_nonfinite or values.dtype.kind not in "fc" or not values.size:
         return
-    if not np.isfinite(np.add.reduce(values, axis=None)) and not np.isfinite(values).all():
+    with np.errstate(over="ignore", invalid="ignore"):  # a finite sum: all finite
+        bad = not np.isfinite(np.add.reduce(values, axis=None)) and \
+            not np.isfinite(values).all()
+    if bad:
         raise InvalidArgumentError(None, None, f"{path}: variable '{name}' holds NaN/Inf in "
                                    "its changed values; refusing to serve it")
 
@@ -270,10 +273,8 @@ class CopyOnWrite:
         names = self.servable.row_gathered_variables
         if not names:
             return snap
-        return Snapshot(snap.version, snap.prefix,
-                        types.MappingProxyType(block_tables(snap.params, names)),
-                        snap.loaded_unix_s, snap.load_duration_s, snap.created_unix_s,
-                        snap.load_kind, snap.bytes_read)
+        return dataclasses.replace(
+            snap, params=types.MappingProxyType(block_tables(snap.params, names)))
 
     def served(self, snap: Snapshot) -> None:
         """``snap`` is now served: remember its digests (computed here after a full load,
@@ -300,26 +301,25 @@ class CopyOnWrite:
         names = list(self.servable.variable_specs)
         start = time.perf_counter()
         try:
-            last, own = self.read_changes(target.prefix, names)
-            steps = [target.prefix]
-            if not _links(last, served.prefix, state.index_xxh3):
+            links, _ = self.read_changes(target.prefix, [])  # first its links only: a
+            steps = [target.prefix]                           # full one is read just once
+            if not _links(links, served.prefix, state.index_xxh3):
                 # Behind by more than one: the versions between, if the chain reaches back
                 # to the served one (else a full load composes the chain).
-                between = self._between(last, served.prefix, state.index_xxh3)
+                between = self._between(links, served.prefix, state.index_xxh3)
                 if between is None:
                     return None
                 steps = between + steps
             snap, digests, index, total = served, state.digests, state.index_xxh3, 0
             for prefix in steps:  # one step's changes in memory at a time
-                changes, step_own = (last, own) if prefix == target.prefix else \
-                    self.read_changes(prefix, names)
+                changes, own = self.read_changes(prefix, names)
                 if not _links(changes, snap.prefix, index):
                     return None  # a file replaced meanwhile
                 version = target.version if prefix == target.prefix else \
                     parse_version(prefix) or 0
                 snap, digests, nbytes = apply_changes(snap, digests, changes, self.servable,
                                                       prefix, version, self.allow_nonfinite)
-                index, total = step_own, total + nbytes
+                index, total = own, total + nbytes
                 del changes
                 if total > served.nbytes and prefix != target.prefix:
                     return None  # a full load reads less
