@@ -250,7 +250,8 @@ class CopyOnWrite:
         self.index_xxh3 = index_xxh3 or _index_xxh3_here
         self._load = load
         self._served: _Served | None = None
-        self._made: tuple[weakref.ref[Snapshot], str, dict[str, np.ndarray]] | None = None
+        # The last snapshot made: (it, its index hash, its digests or None after a full load).
+        self._made: tuple[weakref.ref[Snapshot], str, dict[str, np.ndarray] | None] | None = None
 
     def use_reader(self, reader: Any) -> None:
         """Reads go through ``reader`` (a ``CheckpointReadProcess``, or None: in this
@@ -271,28 +272,38 @@ class CopyOnWrite:
         snap = self._load(target.prefix, self.servable, self.allow_nonfinite,
                           version=target.version, read=self.read)
         names = self.servable.row_gathered_variables
-        if not names:
-            return snap
-        return dataclasses.replace(
-            snap, params=types.MappingProxyType(block_tables(snap.params, names)))
-
-    def served(self, snap: Snapshot) -> None:
-        """``snap`` is now served: remember its digests (computed here after a full load,
-        off the request path) and its checkpoint's index hash. Never raises: without
-        them the next version is loaded in full."""
-        made = self._made
-        self._made = None
-        try:
-            if made is not None and made[0]() is snap:
-                self._served = _Served(made[0], made[1], made[2])
-                return
-            self._served = None
+        if names:
+            snap = dataclasses.replace(
+                snap, params=types.MappingProxyType(block_tables(snap.params, names)))
+        try:  # read now, not after the swap: the reader is idle once a version is served
             index = self.index_xxh3(snap.prefix)
-            if index in (None, "None"):  # TF's checkpoints have no index hash
-                return
-            self._served = _Served(weakref.ref(snap), index, version_digests(snap.params))
-        except Exception as e:  # a vanished file, a damaged index: full loads from now on
-            logger.info("copy-on-write swaps after version %d are off (%s)", snap.version, e)
+        except Exception as e:  # a vanished file, a damaged index: the next load is full
+            logger.info("no copy-on-write swaps onto version %d (%s)", snap.version, e)
+            index = None
+        if index not in (None, "None"):  # (TF's checkpoints have no index hash)
+            self._made = (weakref.ref(snap), str(index), None)
+        return snap
+
+    def served(self, snap: Snapshot | None) -> None:
+        """After a load (swapped or not): ``snap`` is the one served now. If :meth:`load`
+        made it, remember its digests (computed here after a full load, off the request
+        path) and its checkpoint's index hash; without them the next version is loaded
+        in full. Never raises."""
+        made, self._made = self._made, None
+        state = self._served
+        if state is not None and snap is not None and state.snapshot() is snap:
+            return  # still the one we know (the load failed or was refused)
+        self._served = None
+        if snap is None or made is None or made[0]() is not snap:
+            return
+        try:
+            digests = made[2]
+            if digests is None:  # a full load: hash it now (CPU only; requests run on it)
+                digests = version_digests(snap.params)
+        except Exception as e:  # e.g. MemoryError: no copy-on-write onto this version
+            logger.warning("no copy-on-write swaps onto version %d (%s)", snap.version, e)
+            return
+        self._served = _Served(made[0], made[1], digests)
 
     def _try_apply(self, target: AspiredVersion, served: Snapshot | None) -> Snapshot | None:
         state = self._served

@@ -460,6 +460,7 @@ class ModelManager:
                 book.abandon(rec)
             finally:
                 book.unwatch()
+            self._cow.served(book.current)  # digests after a full load: requests run on it
 
     def _load(self, target: AspiredVersion, rec: VersionRecord, gated: bool,
               following_latest: bool) -> None:
@@ -494,7 +495,6 @@ class ModelManager:
             return
         logger.info("serving version %d (%s, %.1f ms load, %d bytes read)", snap.version,
                     snap.load_kind, snap.load_duration_s * 1e3, snap.bytes_read)
-        self._cow.served(snap)  # block digests after a full load (requests run meanwhile)
         if went_back and previous is not None:
             logger.warning("%s", notices.went_back_message(snap.version, previous))
 
