@@ -130,6 +130,15 @@ class BlockedArray:
         shape, dtype, ndim, size, nbytes: as the ndarray it stands for (``nbytes`` is
             logical, not the pool's memory).
         block_rows: rows per block. pool: the :class:`BlockPool` it shares.
+
+    Example:
+        >>> import numpy as np
+        >>> v1 = BlockedArray.adopt(np.zeros((100, 4), np.float32), block_rows=8)
+        >>> v2, touched = v1.with_rows([3, 50], np.ones((2, 4), np.float32))
+        >>> touched.tolist(), float(v2.gather(np.array([3, 4])).sum()), float(np.asarray(v1).sum())
+        ([0, 6], 4.0, 0.0)
+        >>> bool(np.shares_memory(v1.block_view(1), v2.block_view(1)))  # untouched: shared
+        True
     """
 
     __slots__ = ("shape", "dtype", "block_rows", "pool", "_slots", "_arenas", "_starts",
