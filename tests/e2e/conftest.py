@@ -40,6 +40,24 @@ def serve(procs: list[subprocess.Popen], port_file: Path, model: str | Path,
     return int(wait_for_file(port_file, server))
 
 
+def wait_ready(port: int, proc: subprocess.Popen, timeout_s: float = 60.0) -> None:
+    """Polls ``GET /readyz`` until it answers 200 (a version is served); fails if
+    ``proc`` exits or ``timeout_s`` passes first."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(timeout=5.0) as client:
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, f"the server exited with code {proc.returncode}"
+            try:
+                if client.get(f"http://127.0.0.1:{port}/readyz").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+    raise AssertionError(f"the server on port {port} served no version in {timeout_s} s")
+
+
 def env() -> dict[str, str]:
     e = dict(os.environ)
     e["PYTHONUNBUFFERED"] = "1"

@@ -14,7 +14,7 @@ import pytest
 
 from ckptsync.data import load_digits
 
-from .conftest import cli, env, serve
+from .conftest import cli, env, serve, wait_ready
 
 MODEL = textwrap.dedent("""
     import ckptsync as tf
@@ -49,6 +49,7 @@ def test_every_export_output_is_a_signature_served_by_name(tmp_path, procs):
     assert r.returncode == 0, r.stderr
     port_file = tmp_path / "port"
     port = serve(procs, port_file, model, ckpts, "--model-name", "m")
+    wait_ready(port, procs[-1])
     x = load_digits().test["x"][:5].tolist()
     url = f"http://127.0.0.1:{port}/v1/models/m"
     with httpx.Client(timeout=60) as client:

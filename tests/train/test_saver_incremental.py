@@ -107,8 +107,11 @@ def test_every_composed_checkpoint_is_bit_identical_to_a_full_save(
         delta = os.path.getsize(inc_dir / "model.ckpt-3.h5")
         assert delta * 3 < os.path.getsize(full_dir / "model.ckpt-3.h5")
         assert len(ckpt.checkpoint_chain(str(inc_dir / "model.ckpt-9"))) == 5
-    else:  # every value changes each step: a delta would be the whole model
-        assert set(kinds[1:]) == {"full"}
+    else:  # every value changes each step: a delta would be the whole model, and
+        # naming a parent would tell a server nothing: plain full checkpoints
+        assert set(kinds) == {"full (no parent)"}
+        assert all(len(ckpt.checkpoint_chain(str(inc_dir / f"model.ckpt-{s}"))) == 1
+                   for s in range(24))
 
 
 def _listed(d: Path) -> list[str]:
@@ -156,7 +159,7 @@ def test_retention_never_leaves_an_unrestorable_listed_checkpoint(tmp_path: Path
     assert max(listed_counts) == 5
 
 
-def test_restore_makes_the_next_save_full_and_names_the_restored_parent(tmp_path: Path
+def test_restore_makes_the_next_save_full_and_the_one_after_a_delta_on_it(tmp_path: Path
                                                                          ) -> None:
     g, train, init = _embedding_adagrad()
     with g.as_default():
@@ -170,8 +173,10 @@ def test_restore_makes_the_next_save_full_and_names_the_restored_parent(tmp_path
         saver.restore(sess, str(tmp_path / "model.ckpt-2"))  # a delta: composed
         sess.run(train)
         saver.save(sess, str(tmp_path / "model.ckpt"), global_step=3)
-        assert saver.last_saved.kind == "full"
-        assert saver.last_saved.parent == str(tmp_path / "model.ckpt-2")
+        # The restore rewrote every variable: a full checkpoint, naming no parent (it
+        # could tell a server at model.ckpt-2 nothing it would not read anyway).
+        assert saver.last_saved.kind == "full (no parent)"
+        assert saver.last_saved.parent is None
         sess.run(train)
         saver.save(sess, str(tmp_path / "model.ckpt"), global_step=4)
         assert saver.last_saved.kind == "delta"
@@ -183,7 +188,7 @@ def test_restore_makes_the_next_save_full_and_names_the_restored_parent(tmp_path
         assert all(got[k].tobytes() == values[k].tobytes() for k in values)
         sess2.run(train)
         saver.save(sess2, str(tmp_path / "model.ckpt"), global_step=5)
-        assert saver.last_saved.kind == "full"
+        assert saver.last_saved.kind == "full (no parent)"
         saver.save(sess2, str(tmp_path / "model.ckpt"), global_step=6)
         assert saver.last_saved.kind == "delta"
     with cs.Session(graph=g) as sess3:

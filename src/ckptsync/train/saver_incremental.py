@@ -77,10 +77,14 @@ class SavedCheckpoint(NamedTuple):
 
 @dataclass(frozen=True)
 class _Digest:
+    """A variable's block digests as the last checkpoint holds it; ``vector`` and
+    ``hex`` None: not computed (after a plain full checkpoint, which records none), to be
+    computed from the value when a later checkpoint needs them."""
+
     shape: tuple[int, ...]
     dtype: np.dtype
-    vector: np.ndarray  # uint64 [n_blocks]
-    hex: str
+    vector: np.ndarray | None  # uint64 [n_blocks]
+    hex: str | None
 
 
 @dataclass(frozen=True)
@@ -109,7 +113,11 @@ class SavePlan(NamedTuple):
         return "full" if self.parent is not None else "full (no parent)"
 
     def hex_digests(self) -> dict[str, str]:
-        return {k: d.hex for k, d in self.digests.items()}
+        """key -> digest hex for the writer (empty for a plain checkpoint, no parent:
+        it records none)."""
+        if self.parent is None:
+            return {}
+        return {k: d.hex for k, d in self.digests.items() if d.hex is not None}
 
 
 def _identity(prefix: str) -> tuple[int, ...] | None:
@@ -221,33 +229,26 @@ class IncrementalSaves:
              taken: Changes, pending: Collection[str] = ()) -> SavePlan:
         """Decides one save of ``named`` at ``prefix`` (absolute); ``pending``: absolute
         prefixes queued for writing (an async predecessor not yet on disk)."""
-        digests: dict[str, _Digest] = {}
         writer_changes: Changes = {}
         full_bytes = delta_bytes = 0
         same = object()
+        kinds: dict[str, Any] = {}  # key -> same, None (whole) or rows
         for k, arr in named.items():
             arr = np.asarray(arr)
             nbytes = arr.nbytes
             full_bytes += nbytes
             old = self._digests.get(k)
-            ch = changes.get(k, same)
+            ch: Any = changes.get(k, same)
             if old is None or old.shape != arr.shape or old.dtype != arr.dtype or (
                     arr.ndim == 0 and ch is not same):
                 ch = None
+            kinds[k] = ch
             if ch is same:
-                assert old is not None
-                digests[k] = old
                 continue
-            if ch is None:
-                vector = ckpt.block_digests(arr)
-            else:
-                assert old is not None and isinstance(ch, np.ndarray)
-                vector = ckpt.update_block_digests(arr, old.vector, ch)
             if isinstance(ch, np.ndarray) and rows_cost(arr, ch) >= nbytes:
                 ch = None  # the whole value is smaller
             writer_changes[k] = ch
             delta_bytes += nbytes if ch is None else rows_cost(arr, ch)
-            digests[k] = _Digest(arr.shape, arr.dtype, vector, ckpt.variable_digest(vector))
         pred = self._pred
         usable = pred is not None and pred.prefix != prefix and \
             os.path.dirname(pred.prefix) == os.path.dirname(prefix) and \
@@ -256,10 +257,35 @@ class IncrementalSaves:
         parent = pred.prefix if usable and pred is not None else None
         full = parent is None or self._force_full or self._since_full + 1 >= self.full_every_n \
             or 2 * delta_bytes > full_bytes
-        if parent is None:
+        if full and len(writer_changes) == len(named) and \
+                all(ch is None for ch in writer_changes.values()):
+            # Every variable changed as a whole (a dense model): naming the parent would
+            # tell a server nothing (it reads every value either way), so this is a plain
+            # full checkpoint, written as fast as a plain Saver's (its metadata image).
+            parent = None
+        if parent is None:  # a plain checkpoint records no digests: computed when needed
             writer_changes = dict.fromkeys(named)
+            digests = {k: _Digest(np.shape(arr), np.asarray(arr).dtype, None, None)
+                       for k, arr in named.items()}
+        else:
+            digests = {k: self._digest(np.asarray(named[k]), self._digests.get(k), ch, same)
+                       for k, ch in kinds.items()}
         return SavePlan(parent, full, writer_changes, digests, taken,
                         full_bytes if full else delta_bytes)
+
+    @staticmethod
+    def _digest(arr: np.ndarray, old: _Digest | None, ch: Any, same: object) -> _Digest:
+        """``arr``'s digest: ``old`` when unchanged (``ch`` is ``same``), ``old``'s vector
+        updated for the changed rows ``ch``, else computed whole (also when ``old`` was
+        left to be computed: the value is the one ``old`` stands for, plus ``ch``)."""
+        if old is not None and old.vector is not None:
+            if ch is same:
+                return old
+            if isinstance(ch, np.ndarray):
+                vector = ckpt.update_block_digests(arr, old.vector, ch)
+                return _Digest(arr.shape, arr.dtype, vector, ckpt.variable_digest(vector))
+        vector = ckpt.block_digests(arr)
+        return _Digest(arr.shape, arr.dtype, vector, ckpt.variable_digest(vector))
 
     def saved(self, plan: SavePlan, prefix: str, on_disk: bool) -> None:
         """Commits ``plan``, written at ``prefix`` (absolute); ``on_disk``: written now
