@@ -21,8 +21,13 @@ not measured (it takes up the changes made while the other block ran). Per check
   processes (``/proc/PID/smaps_rollup``, a snapshot's pages counted once), sampled every
   5 ms during each block; its base is measured before the server loaded anything, so a
   full reload that holds two snapshots shows as base + 2x params. The server process's
-  own ``VmHWM`` is printed beside it. **Growth**: after ``--swaps`` more incremental
-  swaps, PSS after swap 10 vs after the last.
+  own ``VmHWM`` is printed beside it.
+- **steady state**: the rounds' servers also apply each block's first, unmeasured save,
+  whose delta holds what changed while the other mode ran (~30x a steady checkpoint's
+  rows; their block pools keep the extra blocks). So after the rounds a fresh server
+  follows the incremental trainer for ``--swaps`` checkpoints, as a production server
+  would: its peak memory (against the same base) and publish -> served are the headline,
+  and **growth** is its PSS after swap 10 vs after the last.
 
 The dense section alternates blocks of incremental and full saves of the digits MLP
 (Adam, batch 64, no server) and compares stall and bytes. Where the ``Saver`` on this
@@ -31,6 +36,7 @@ full path runs.
 
     python benchmarks/bench_incremental.py [--rounds 3] [--per-round 3] [--swaps 60]
         [--save-every 10] [--batch 256] [--only ctr,dense] [--async-save] [--dir D]
+        [--keep] [--server-log-level info]
 
 The last line is the headline: incremental vs full for the CTR model.
 """
@@ -66,6 +72,7 @@ from ckptsync.data import BatchIterator, load_dataset, load_digits  # noqa: E402
 from ckptsync.model_spec import load_build_net  # noqa: E402
 
 MODES = ("incremental", "full")
+SERVER_LOG_LEVEL = "warning"  # --server-log-level
 
 
 def incremental_available() -> bool:
@@ -136,7 +143,7 @@ class Server:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "ckptsync.cli.infer", "serve", "--model", model,
              "--checkpoint-dir", directory, "--port", "0", "--port-file", port_file,
-             "--log-level", "warning", "--model-name", "m"],
+             "--log-level", SERVER_LOG_LEVEL, "--model-name", "m"],
             stdout=subprocess.DEVNULL, stderr=self._log)
         deadline = time.monotonic() + 120
         while not (os.path.exists(port_file) and open(port_file).read().strip()):
@@ -295,21 +302,25 @@ def ctr_section(args: argparse.Namespace, work: str, modes: tuple[str, ...]
                       f"{_med(out[m].stall_s[-args.per_round:]) * 1e3:.1f} ms, served "
                       f"{_med(out[m].lag_s[-args.per_round:]) * 1e3:.1f} ms", flush=True)
         if "incremental" in modes and args.swaps > 10:
-            s = servers["incremental"]
+            # A fresh server that follows the incremental trainer from here on, as one
+            # would in production: the rounds' servers also applied the catch-up deltas
+            # of each block's first save (the changes made while the other mode ran,
+            # ~30x a steady checkpoint's rows), whose extra blocks their pool keeps.
+            servers["incremental"].close()
+            tr.train(args.save_every)  # the incremental Saver catches up on the full block
+            tr.save("incremental")
+            s = servers["steady"] = Server(work, "ctr-steady", CTR_MODEL,
+                                           tr.dirs["incremental"], body)
+            # Its base: the rounds' incremental server's, measured the same way before
+            # it loaded anything (this one starts on a directory with checkpoints).
+            extra["base_kib_steady"] = extra["base_kib_incremental"]
             swaps = Samples()
             block(tr, "incremental", s, 10, args.save_every, swaps)
             after_10 = s.pss_kib()
             block(tr, "incremental", s, args.swaps - 10, args.save_every, swaps)
             extra["growth"] = (after_10, s.pss_kib(), args.swaps)
-            inc = out["incremental"]
-            inc.lag_s += swaps.lag_s
-            inc.stall_s += swaps.stall_s
-            inc.bytes += swaps.bytes
-            inc.rows += swaps.rows
-            inc.peak_kib += swaps.peak_kib
-            inc.hwm_kib += swaps.hwm_kib
-            inc.fulls += swaps.fulls
-            print(f"  {args.swaps} more incremental swaps", flush=True)
+            out["steady"] = swaps
+            print(f"  {args.swaps} incremental swaps on a fresh server", flush=True)
     finally:
         for s in servers.values():
             s.close()
@@ -344,7 +355,8 @@ def report(out: dict[str, Samples], extra: dict[str, Any] | None, title: str
     print(f"\n{title}")
     ratios: dict[str, float] = {}
     for m, s in out.items():
-        print(f" {m}: {len(s.bytes)} checkpoints measured, {s.fulls} of them full")
+        label = {"steady": "incremental, a fresh server following it (steady state)"}.get(m, m)
+        print(f" {label}: {len(s.bytes)} checkpoints measured, {s.fulls} of them full")
         print(row("bytes per checkpoint", "MB", 1e-6, [float(b) for b in s.bytes]))
         print(row("trainer stall per save", "ms", 1e3, s.stall_s))
         if s.lag_s:
@@ -393,7 +405,13 @@ def main() -> None:
     ap.add_argument("--only", default="ctr,dense")
     ap.add_argument("--async-save", action="store_true")
     ap.add_argument("--dir", default=None, help="work directory (default: a temporary one)")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the work directory (checkpoints, the servers' logs)")
+    ap.add_argument("--server-log-level", default="warning",
+                    help="the servers' --log-level (info: a line per version served)")
     args = ap.parse_args()
+    global SERVER_LOG_LEVEL
+    SERVER_LOG_LEVEL = args.server_log_level
     modes = MODES if incremental_available() else ("full",)
     if modes == ("full",):
         print("incremental: this checkout's Saver has no incremental= (not landed); "
@@ -418,18 +436,24 @@ def main() -> None:
                       f"(median), bytes {1 / d['bytes_median']:.2f}x (target: <= 1.1x)")
         if "ctr" in only and "incremental" in modes:
             inc = ctr["incremental"]
+            steady = ctr.get("steady")
+            lag = inc.lag_s + (steady.lag_s if steady is not None else [])
             print(f"\nheadline (CTR, incremental vs full): bytes {ratios['bytes_median']:.0f}x "
                   f"fewer, stall {ratios['stall_median']:.0f}x smaller, publish -> served "
-                  f"p50 {_med(inc.lag_s) * 1e3:.1f} ms p99 {percentile(inc.lag_s, 0.99) * 1e3:.1f} "
-                  f"ms, server peak base + {ratios.get('peak_incremental', float('nan')):.2f}x "
-                  f"params (full: + {ratios.get('peak_full', float('nan')):.2f}x)")
+                  f"p50 {_med(lag) * 1e3:.1f} ms p99 {percentile(lag, 0.99) * 1e3:.1f} ms, server "
+                  f"peak base + {ratios.get('peak_steady', float('nan')):.2f}x params in steady "
+                  f"state ({ratios.get('peak_incremental', float('nan')):.2f}x with the rounds' "
+                  f"catch-up deltas; full: + {ratios.get('peak_full', float('nan')):.2f}x)")
         elif "ctr" in only:
             full = ctr["full"]
             print(f"\nheadline (CTR, full only): publish -> served p50 "
                   f"{_med(full.lag_s) * 1e3:.0f} ms, stall {_med(full.stall_s) * 1e3:.0f} ms, "
                   f"{_med([float(b) for b in full.bytes]) / 1e6:.0f} MB per checkpoint")
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if args.keep:
+            print(f"work directory kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
