@@ -130,6 +130,7 @@ class Samples:
     hwm_kib: list[int] = field(default_factory=list)
     rows: list[int] = field(default_factory=list)
     fulls: int = 0  # measured checkpoints that are full (an incremental Saver's every 16th)
+    full_lag_s: list[float] = field(default_factory=list)  # publish -> served of those
 
 
 class Server:
@@ -268,6 +269,8 @@ def block(tr: Trainer, mode: str, server: Server | None, n: int, every: int,
         out.bytes.append(size)
         if server is not None:
             out.lag_s.append(server.wait_version(tr.step) - published)
+            if full:
+                out.full_lag_s.append(out.lag_s[-1])
     if server is not None:
         out.peak_kib.append(sampler.finish())
         out.hwm_kib.append(vm_hwm_kib(server.proc.pid))
@@ -361,6 +364,8 @@ def report(out: dict[str, Samples], extra: dict[str, Any] | None, title: str
         print(row("trainer stall per save", "ms", 1e3, s.stall_s))
         if s.lag_s:
             print(row("publish -> served", "ms", 1e3, s.lag_s))
+            if s.full_lag_s and len(s.full_lag_s) < len(s.lag_s):
+                print(row("  of the full checkpoints", "ms", 1e3, s.full_lag_s))
         if s.rows and any(s.rows):
             # Adagrad changes exactly the rows a step looked up (table and accumulator).
             print(row("rows changed per checkpoint", "%", 1e-4, [float(r) for r in s.rows]))

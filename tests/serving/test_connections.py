@@ -70,6 +70,30 @@ def test_silent_and_slow_connections_are_closed_after_the_idle_timeout(tmp_path,
 
 
 @pytest.mark.slow
+def test_a_keep_alive_connection_is_closed_once_idle_after_its_answers(tmp_path, model_file):
+    # One timer serves every connection: it is set again for each one that waits anew.
+    proc, port = start_server(tmp_path, model_file, "--idle-timeout-s", "0.5")
+    try:
+        with connect(port) as s:
+            for _ in range(3):  # answered on one connection, each time waiting anew
+                s.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += s.recv(65536)
+                head, _, body = data.partition(b"\r\n\r\n")
+                length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                                  if line.lower().startswith(b"content-length")))
+                while len(body) < length:
+                    body += s.recv(65536)
+                assert head.startswith(b"HTTP/1.1 200")
+            assert closed_by_server(s)
+        head, _ = request(port, get("/healthz"))
+        assert head.startswith(b"HTTP/1.1 200")
+    finally:
+        stop(proc)
+
+
+@pytest.mark.slow
 def test_past_the_cap_the_longest_idle_connection_makes_room(tmp_path, model_file):
     proc, port = start_server(tmp_path, model_file, "--idle-timeout-s", "300",
                               "--max-connections", "8")

@@ -130,6 +130,9 @@ class RestApi:
         self.max_request_bytes = options.max_request_bytes
         self.max_batch_size = options.max_batch_size
         self.inline_max_body_bytes = options.inline_max_body_bytes
+        # The servable's signatures are fixed for its life: their names once, not a dict
+        # built per request.
+        self._signature_names = tuple(manager.servable.signatures)
         token = options.admin_token
         self._admin_token = None if token is None else token.encode()
         self.registry = CollectorRegistry(auto_describe=True)
@@ -207,10 +210,9 @@ class RestApi:
                 or NotFoundError (from ``manager.acquire``).
         """
         servable = self.manager.servable
-        signatures = servable.signatures
         try:  # never decodes more than max_batch_size rows of a bigger batch
             inputs, row_format, batch, signature_name = parse_predict_body(
-                body, servable.signature, self.max_batch_size, tuple(signatures)
+                body, servable.signature, self.max_batch_size, self._signature_names
             )
         except (RecursionError, ValueError, TypeError, OverflowError) as e:
             if isinstance(e, errors.OpError):
