@@ -32,7 +32,7 @@ def test_big_predicts_run_one_pool_thread_at_a_time(tmp_path):
 
     servable.run_hook = hook
     manager = ModelManager(servable, tmp_path, rescan_interval_s=0.05)
-    app = create_app(manager, "mlp", own_manager=True)
+    app = create_app(manager, "mlp", own_manager=True, inline_max_body_bytes=64 * 2**10)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     sock.listen(64)

@@ -26,7 +26,7 @@ def test_defaults_are_the_documented_ones():
     assert o.read_in_subprocess and o.watch_in_subprocess and o.gate is None
     h = HttpOptions()
     assert (h.max_request_bytes, h.max_batch_size, h.inline_max_body_bytes) == (
-        64 * 2**20, 4096, 64 * 2**10)
+        64 * 2**20, 4096, 256 * 2**10)
     assert h.pool_switch_interval_s == 0.005  # CPython's default
     assert h.admin_token is None
 

@@ -18,9 +18,9 @@ yet 503. Admin endpoints: 404 when the app has no admin token, 401 without an
 when the version to pin fails to load. Anything unexpected (a bug in a model) is logged and
 answered 500, and the server keeps running.
 
-Where the forward runs: for bodies up to ``inline_max_body_bytes`` (small batches, a few
-microseconds of numpy) decoding, the forward and encoding run inline on the event loop,
-which is faster than a thread hop; bigger requests run in a pool thread so they do not
+Where the forward runs: for bodies up to ``inline_max_body_bytes`` (256 KiB: up to a few
+hundred rows, ~12 ms of work at most) decoding, the forward and encoding run inline on
+the event loop, which is faster than a thread hop; bigger requests run in a pool thread so they do not
 stall other connections, one at a time (``_predict.BIG_REQUEST_THREADS``: decoding and
 encoding hold the interpreter lock, so more threads only take it from each other and from
 the event loop); meanwhile the switch interval is at least ``pool_switch_interval_s``
@@ -423,7 +423,7 @@ def create_app(
         model_name: the ``{name}`` in URLs.
         max_request_bytes, max_batch_size, inline_max_body_bytes, admin_token: the
             :class:`~.options.HttpOptions` fields of those names, applied over
-            ``options`` (None: as ``options`` says; defaults 64 MiB, 4096 rows, 64 KiB,
+            ``options`` (None: as ``options`` says; defaults 64 MiB, 4096 rows, 256 KiB,
             no admin endpoints).
         options: the app's options (None: the defaults).
         own_manager: start the manager at app startup and close it at shutdown (lifespan).
