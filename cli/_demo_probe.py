@@ -218,10 +218,15 @@ class SyncProbe(threading.Thread):
                 self._stopping.wait(max(0.0, self._interval - (time.monotonic() - tick)))
 
     def take_new(self) -> list[CheckpointSync]:
-        """The checkpoints first served since the last call, by version."""
+        """The checkpoints first served since the last call, and those published that
+        a newer served one overtook (never served: the server went straight past them),
+        by version."""
         with self._lock:
-            new = sorted((r for v, r in self._records.items()
-                          if r.served_s is not None and v not in self._reported),
+            served = [v for v, r in self._records.items() if r.served_s is not None]
+            newest = max(served, default=-1)
+            new = sorted((r for v, r in self._records.items() if v not in self._reported
+                          and (r.served_s is not None
+                               or (r.published_s is not None and v < newest))),
                          key=lambda r: r.version)
             self._reported.update(r.version for r in new)
             return [CheckpointSync(r.version, r.bytes, r.published_s, r.served_s, r.kind)

@@ -55,8 +55,8 @@ class _TrainerWatch:
                 rec = json.loads(line)
             except ValueError:
                 continue
-            if rec.get("event") == "progress":
-                self.step = int(rec["step"])
+            if rec.get("event") in ("progress", "checkpoint"):  # whichever is newer
+                self.step = max(self.step, int(rec["step"]))
             elif rec.get("event") == "summary":
                 self.summary = rec
                 self.step = int(rec["global_step"])
@@ -304,11 +304,15 @@ def _size(n: int | None) -> str:
 
 
 def _sync_line(sync: CheckpointSync) -> str:
-    """``  checkpoint 120 (delta): 1.4 MB, publish -> served 31 ms``."""
+    """``  checkpoint 120 (delta): 1.4 MB, publish -> served 31 ms`` (or ``not served
+    ...`` for one the server went past)."""
     lag = sync.publish_to_served_s
-    lag_text = "?" if lag is None else f"{lag * 1e3:.0f} ms"
+    if sync.served_s is None:  # the server went straight to a newer one
+        lag_text = "not served (a newer one was ready first)"
+    else:
+        lag_text = "publish -> served " + ("?" if lag is None else f"{lag * 1e3:.0f} ms")
     return (f"  checkpoint {sync.version} ({sync.kind or '?'}): {_size(sync.bytes)}, "
-            f"publish -> served {lag_text}")
+            f"{lag_text}")
 
 
 def _sync_summary(records: list[CheckpointSync]) -> str:

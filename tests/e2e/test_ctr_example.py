@@ -131,11 +131,14 @@ def test_the_incremental_demo_shows_the_served_auc_rising_and_each_checkpoints_b
 
 def _checkpoint_lines(stdout: str) -> list[tuple[int, str, float]]:
     """(version, kind, bytes) of each ``  checkpoint N (kind): X MB, publish -> served
-    T ms`` line."""
+    T ms`` line; the lines of checkpoints the server went past (``not served``) only
+    precede a served one's."""
     pattern = re.compile(r"  checkpoint (\d+) \((full|delta)\): ([\d.]+) (MB|kB), "
-                         r"publish -> served \d+ ms")
+                         r"(publish -> served \d+ ms|not served \(a newer one was ready "
+                         r"first\))")
     lines = [ln for ln in stdout.splitlines() if ln.startswith("  checkpoint ")]
     found = [pattern.fullmatch(ln) for ln in lines]
     assert all(found), lines
+    assert "not served" not in lines[-1], lines
     return [(int(m[1]), m[2], float(m[3]) * (1e6 if m[4] == "MB" else 1e3))
-            for m in found if m is not None]
+            for m in found if m is not None and m[5].startswith("publish")]

@@ -20,13 +20,18 @@ ROW = b"[0.5,0.25,0.125,1.5]"
 ROWS = 1_000_000  # ~21 MiB: under the 64 MiB cap, 244x the batch limit
 
 
-def high_water_kib(pid: int) -> int:
-    """The process's peak resident set (``VmHWM``), KiB."""
+def status_kib(pid: int, field: str = "VmHWM") -> int:
+    """A ``/proc/PID/status`` figure in KiB: ``VmHWM`` (the peak resident set) or
+    ``VmRSS`` (the resident set now)."""
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmHWM:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
-    raise AssertionError("no VmHWM")
+    raise AssertionError(f"no {field}")
+
+
+def high_water_kib(pid: int) -> int:
+    return status_kib(pid, "VmHWM")
 
 
 @pytest.mark.slow
@@ -75,15 +80,6 @@ def test_too_many_rows_refused_before_decoding_while_others_are_answered(tmp_pat
     assert growth_kib * 1024 < 4 * len(body), (growth_kib, len(body))
 
 
-def resident_kib(pid: int) -> int:
-    """The process's resident set now (``VmRSS``), KiB."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
-
-
 @pytest.mark.slow
 def test_a_refused_big_body_is_freed_once_answered(tmp_path, model_file):
     # The error raised in the pool thread carried the body and its text in its
@@ -99,7 +95,7 @@ def test_a_refused_big_body_is_freed_once_answered(tmp_path, model_file):
                 r = client.post("/v1/models/mlp:predict", content=body,
                                 headers={"content-type": "application/json"})
                 assert r.status_code == 400 and "max_batch_size" in r.json()["error"]
-                resident.append(resident_kib(proc.pid))
+                resident.append(status_kib(proc.pid, "VmRSS"))
     finally:
         stop(proc)
     # The first refusal may leave the body's pages with the allocator (glibc raises its
