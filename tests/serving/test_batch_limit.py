@@ -90,7 +90,7 @@ def test_a_refused_big_body_is_freed_once_answered(tmp_path, model_file):
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60.0) as client:
             wait_until(lambda: client.get("/readyz").status_code == 200, timeout_s=30)
-            resident = []
+            resident = [status_kib(proc.pid, "VmRSS")]
             for _ in range(8):
                 r = client.post("/v1/models/mlp:predict", content=body,
                                 headers={"content-type": "application/json"})
@@ -98,9 +98,10 @@ def test_a_refused_big_body_is_freed_once_answered(tmp_path, model_file):
                 resident.append(status_kib(proc.pid, "VmRSS"))
     finally:
         stop(proc)
-    # The first refusal may leave the body's pages with the allocator (glibc raises its
-    # mmap threshold once a big block is freed); after it, no request adds to the total.
-    assert (resident[-1] - resident[1]) * 1024 < len(body), resident
+    # The allocator may keep one request's body and text (~2x the body) once glibc has
+    # raised its mmap threshold, at whichever request that happens; a leak added ~1.2x
+    # the body with every request (over 7x across these).
+    assert (max(resident) - resident[0]) * 1024 < 3 * len(body), resident
 
 
 BIG = 1 << 20  # bodies over this are decoded row by row

@@ -415,14 +415,9 @@ print(json.dumps({"failures": failures, "kinds": kinds, "same": same,
                   "listed": ckpt.get_checkpoint_state(d + "/inc").all_model_checkpoint_paths}))
 """
 
-# A delta write meeting EFBIG while HDF5 closes a dataset crashes the process: the failed
-# H5Dclose leaves h5py's DatasetID in a traceback frame (checkpoint/_h5layout.py's
-# write_layout), and freeing it after the file is closed segfaults.
-_EFBIG_CRASH = pytest.mark.xfail(reason="HDF5 segfault freeing a DatasetID whose close "
-                                 "failed (checkpoint/_h5layout.write_layout)", strict=False)
 
 
-@pytest.mark.parametrize("how", ["fsync", pytest.param("efbig", marks=_EFBIG_CRASH)])
+@pytest.mark.parametrize("how", ["fsync", "efbig"])
 @pytest.mark.parametrize("async_save", [False, True], ids=["sync", "async"])
 def test_a_failed_delta_write_loses_no_change(tmp_path: Path, async_save: bool, how: str
                                               ) -> None:

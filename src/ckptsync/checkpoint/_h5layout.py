@@ -51,6 +51,12 @@ class H5Writer:
         # Closing the file closes every object still open in it (an exception path may
         # leave some), so the raw writes below always follow HDF5's last write.
         fapl.set_fclose_degree(h5py.h5f.CLOSE_STRONG)
+        # No sieve buffer: what HDF5 writes of a dataset's data it writes in H5Dwrite,
+        # so a full disk fails that call. With one, the data was written when the
+        # dataset closed, and a close failing there left an identifier HDF5 could not
+        # free: the process crashed (SIGSEGV) when it was collected or at exit. (Big
+        # arrays are written by ``pwrite`` or in one H5Dwrite each either way.)
+        fapl.set_sieve_buf_size(0)
         fcpl = h5p.create(h5p.FILE_CREATE)
         fcpl.set_obj_track_times(False)
         self.fid = h5py.h5f.create(os.fsencode(path), h5py.h5f.ACC_EXCL, fapl=fapl, fcpl=fcpl)
