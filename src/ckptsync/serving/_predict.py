@@ -166,7 +166,7 @@ class PredictHandler:
                     self._limiter = anyio.CapacityLimiter(BIG_REQUEST_THREADS)
                 status, data, extra_headers = await anyio.to_thread.run_sync(
                     self._answer_in_pool, body, version, scope["path"], limiter=self._limiter)
-            del body
+            del body  # a big body is not kept while the answer is sent
             headers += extra_headers
         except ClientGone:
             return True

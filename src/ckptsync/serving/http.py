@@ -20,8 +20,8 @@ answered 500, and the server keeps running.
 
 Where the forward runs: for bodies up to ``inline_max_body_bytes`` (256 KiB: up to a few
 hundred rows, ~12 ms of work at most) decoding, the forward and encoding run inline on
-the event loop, which is faster than a thread hop; bigger requests run in a pool thread so they do not
-stall other connections, one at a time (``_predict.BIG_REQUEST_THREADS``: decoding and
+the event loop, which is faster than a thread hop; bigger requests run in a pool thread
+so they do not stall other connections, one at a time (``_predict.BIG_REQUEST_THREADS``: decoding and
 encoding hold the interpreter lock, so more threads only take it from each other and from
 the event loop); meanwhile the switch interval is at least ``pool_switch_interval_s``
 (5 ms), so the event loop takes the lock from it that often at most, not every 0.1 ms. A
