@@ -44,7 +44,8 @@ def main() -> None:
       help="Model file defining build_net(graph, device, mode) or TF1's "
            "model_fn(features, labels, mode, params).")
 @_opt("--data", default="digits", show_default=True,
-      help="'digits', 'mnist:DIR' or a FILE.npz with arrays named after the model's inputs.")
+      help="'digits', 'mnist:DIR', 'synthetic-ctr[:rows=N,seed=S,...]' (synthetic click "
+           "logs) or a FILE.npz with arrays named after the model's inputs.")
 @_opt("--checkpoint-dir", required=True, type=click.Path(file_okay=False),
       help="Where checkpoints and the 'checkpoint' state file are written.")
 @_opt("--device", default="cpu:0", show_default=True, help="TF device name, e.g. cpu:0.")
@@ -227,6 +228,21 @@ class _Reporter:
         self._last_line = 0.0
         self._shown = 0
         self._last_kind = ""  # " (delta, 6.8 KiB)": the last checkpoint written
+        self._plain_fulls = 0  # consecutive full checkpoints naming no parent
+
+    def _note_kind(self, c: Any) -> None:
+        """Says once why an incremental run writes no deltas: a full checkpoint naming no
+        parent (every variable changed as a whole) twice in a row (not a restart's
+        first)."""
+        plain = c.kind == "full" and c.parent is None
+        self._plain_fulls = self._plain_fulls + 1 if plain else 0
+        if self._plain_fulls == 2:
+            click.echo(
+                "trainer: note: --incremental wrote a full checkpoint again: every variable "
+                "changed as a whole since the last one (a dense model, or an optimizer such "
+                "as Adam, which as TF1's moves every row of an embedding each step); deltas "
+                "need updates of some rows only (GradientDescent, Momentum, Adagrad, Ftrl, "
+                "RMSProp, Adadelta on embedding lookups)", err=True)
 
     def __call__(self, p: Any) -> None:
         if self._tty:
@@ -240,6 +256,7 @@ class _Reporter:
             ck = os.path.basename(p.last_checkpoint) if p.last_checkpoint else "-"
             if p.checkpoint is not None and self._per_checkpoint:
                 self._last_kind = f" ({p.checkpoint.kind}, {_size(p.checkpoint.nbytes)})"
+                self._note_kind(p.checkpoint)
             ck += self._last_kind if p.last_checkpoint else ""
             if p.queued_checkpoints:
                 ck += f" (+{len(p.queued_checkpoints)} queued)"
@@ -249,6 +266,7 @@ class _Reporter:
         c = p.checkpoint
         if c is not None and self._per_checkpoint:  # a line per checkpoint, unthrottled
             self._last_kind = f" ({c.kind}, {_size(c.nbytes)})"
+            self._note_kind(c)
             if self._fmt == "json":
                 click.echo(json.dumps({"event": "checkpoint", "step": p.step, "path": c.path,
                                        "kind": c.kind, "bytes": c.nbytes}))

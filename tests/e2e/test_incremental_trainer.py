@@ -85,6 +85,20 @@ def test_progress_shows_each_checkpoints_kind_and_bytes(tmp_path: Path, model: s
                           capture_output=True, text=True, timeout=120)
     assert text.returncode == 0, text.stderr
     assert f"checkpoint {tmp_path / 't' / 'model.ckpt-2'}: delta, " in text.stderr
+    assert "trainer: note:" not in text.stderr
+
+
+def test_a_model_that_changes_every_variable_is_told_why_it_gets_no_deltas(tmp_path: Path
+                                                                            ) -> None:
+    # The digits MLP under Adam: every variable changes every step, so every checkpoint
+    # is full; the trainer says why, once.
+    mlp = str(Path(__file__).parents[2] / "examples" / "digits_mlp.py")
+    r = subprocess.run(_trainer(mlp, tmp_path / "c", "--steps", "4"), env=env(),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count(": full, ") >= 3, r.stderr
+    assert r.stderr.count("trainer: note: --incremental wrote a full checkpoint again") == 1
+    assert "Adam" in r.stderr and "Adagrad" in r.stderr
 
 
 def _children(pid: int) -> list[int]:

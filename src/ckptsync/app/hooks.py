@@ -184,14 +184,21 @@ class LoopHook(SessionRunHook):
 
 
 def describe_checkpoint(path: str) -> CheckpointWritten:
-    """``path``'s kind (``"delta"`` when it composes from a base, else ``"full"``) and
-    data file size in bytes (0 when it is gone)."""
+    """``path``'s kind (``"delta"`` when it composes from a base, else ``"full"``), data
+    file size in bytes (0 when it is gone) and the predecessor it names (None: none, or
+    the file is gone)."""
     try:
         nbytes = os.path.getsize(ckpt.data_path(path))
     except OSError:
         nbytes = 0
-    kind = "full" if checkpoint_base(path) is None else "delta"
-    return CheckpointWritten(path, kind, nbytes)
+    parent = checkpoint_base(path)
+    if parent is not None:
+        return CheckpointWritten(path, "delta", nbytes, parent)
+    try:  # a full checkpoint: its parent, from its changes table (no values read)
+        parent = ckpt.read_changes(path, names=[], verify=False, values=False).parent
+    except Exception:  # noqa: BLE001 - gone or unreadable: reported as a plain full one
+        parent = None
+    return CheckpointWritten(path, "full", nbytes, parent)
 
 
 class PreflightHook(SessionRunHook):

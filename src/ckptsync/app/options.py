@@ -17,12 +17,14 @@ __all__ = ["TrainerOptions", "Progress", "TrainingSummary", "CheckpointWritten"]
 @dataclass(frozen=True)
 class CheckpointWritten:
     """A checkpoint that reached the disk: its ``path`` (prefix), ``kind`` (``"full"`` or
-    ``"delta"``: an incremental checkpoint composed with its base) and ``nbytes``, the
-    size of its data file in bytes."""
+    ``"delta"``: an incremental checkpoint composed with its base), ``nbytes``, the
+    size of its data file in bytes, and ``parent``: the predecessor it names (a delta's
+    base, a full checkpoint's parent), None for a plain full checkpoint."""
 
     path: str
     kind: str
     nbytes: int
+    parent: str | None = None
 
 
 @dataclass(frozen=True)
