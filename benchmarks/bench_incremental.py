@@ -142,7 +142,7 @@ class Server:
         self.log_path = os.path.join(work, f"{name}.log")
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ckptsync.cli.infer", "serve", "--model", model,
+            [sys.executable, "-m", "ckptsync.cli.infer", "serve", "--grpc-port", "0", "--model", model,
              "--checkpoint-dir", directory, "--port", "0", "--port-file", port_file,
              "--log-level", SERVER_LOG_LEVEL, "--model-name", "m"],
             stdout=subprocess.DEVNULL, stderr=self._log)

@@ -25,6 +25,9 @@ What runs (digits MLP 64->128->128->10, ``examples/digits_mlp.py``, batch 1):
         [--swaps 1000]
     python benchmarks/bench_serving.py --batch 1,64,256 [--connections-list 1,16,64]
         (throughput only, by rows per request)
+    python benchmarks/bench_serving.py --grpc [--batch 1,64] [--connections-list 1,16,64]
+        (gRPC Predict throughput: infer serve --grpc-port against a bare grpcio server
+        doing the same forward with the same messages, benchmarks/_grpc_load.py)
 
 The last line is the headline: ckptsync's throughput / the bare app's.
 """
@@ -57,8 +60,10 @@ MNIST_SIZES = (784, 256, 256, 10)
 KEEP = 5
 
 try:
+    import _grpc_load
     from _common import summary
 except ImportError:  # run as a module
+    from benchmarks import _grpc_load
     from benchmarks._common import summary
 
 
@@ -396,7 +401,7 @@ def batch_main(args: argparse.Namespace) -> None:
         first = pub.write()
         pub.name(first)
         ck, ck_port = start(
-            [sys.executable, "-m", "ckptsync.cli.infer", "serve", "--model", MODEL_FILE,
+            [sys.executable, "-m", "ckptsync.cli.infer", "serve", "--grpc-port", "0", "--model", MODEL_FILE,
              "--checkpoint-dir", ckpts, "--port", "0", "--log-level", "warning",
              "--model-name", "digits", "--port-file", os.path.join(work, "ck.port")],
             os.path.join(work, "ck.port"))
@@ -452,6 +457,78 @@ def batch_main(args: argparse.Namespace) -> None:
           f"{args.batch} = {worst:.2f}x (target >= 0.9x)")
 
 
+def run_grpc_load(port: int, req: bytes, concurrency: int, duration_s: float,
+                  warmup_s: float = 0.3) -> dict:
+    r = subprocess.run(
+        [sys.executable, os.path.join(HERE, "_grpc_load.py"), "load", str(port),
+         str(concurrency), str(warmup_s), str(duration_s)],
+        input=req, capture_output=True, timeout=duration_s + 60)
+    if r.returncode != 0:
+        raise RuntimeError(f"gRPC load generator failed: {r.stderr.decode()[-2000:]}")
+    return json.loads(r.stdout)
+
+
+def grpc_main(args: argparse.Namespace) -> None:
+    """gRPC Predict throughput: infer serve / a bare grpcio server, alternating rounds."""
+    batches = [int(b) for b in (args.batch or "1").split(",")]
+    conns = [int(c) for c in args.connections_list.split(",")]
+    work = tempfile.mkdtemp(prefix="bench-grpc-")
+    procs: list[subprocess.Popen] = []
+    rows = []
+    try:
+        ckpts = os.path.join(work, "ckpts")
+        os.makedirs(ckpts)
+        pub = Publisher(ckpts)
+        first = pub.write()
+        pub.name(first)
+        grpc_port = _grpc_load.free_port()
+        ck, ck_port = start(
+            [sys.executable, "-m", "ckptsync.cli.infer", "serve", "--model", MODEL_FILE,
+             "--checkpoint-dir", ckpts, "--port", "0", "--grpc-port", str(grpc_port),
+             "--log-level", "warning", "--model-name", "digits",
+             "--port-file", os.path.join(work, "ck.port")], os.path.join(work, "ck.port"))
+        procs.append(ck)
+        probe = Probe(ck_port, request_bytes("/v1/models/digits:predict", json.dumps(
+            {"instances": [[0.0] * 64]}).encode()))
+        wait_version(probe, 1)
+        probe.close()
+        bare, bare_port = start([sys.executable, os.path.join(HERE, "_grpc_load.py"), "bare",
+                                 os.path.join(work, "bare.port"), first],
+                                os.path.join(work, "bare.port"))
+        procs.append(bare)
+        for batch in batches:
+            x = np.random.default_rng(0).random((batch, 64)).astype(np.float32)
+            req = _grpc_load.predict_request_bytes(x)
+            for c in conns:
+                ck_rps, bare_rps, ck_p50, bare_p50, errs = [], [], [], [], 0
+                for _ in range(args.repeats):
+                    r = run_grpc_load(grpc_port, req, c, args.duration_s)
+                    b = run_grpc_load(bare_port, req, c, args.duration_s)
+                    ck_rps.append(r["rps"])
+                    bare_rps.append(b["rps"])
+                    ck_p50.append(r["p50_ms"] or float("nan"))
+                    bare_p50.append(b["p50_ms"] or float("nan"))
+                    errs += sum(n for code, n in r["codes"].items() if code != "OK")
+                ratios = [a / b if b else float("nan") for a, b in zip(ck_rps, bare_rps)]
+                rows.append((batch, c, statistics.median(ck_rps), statistics.median(bare_rps),
+                             statistics.median(ck_p50), statistics.median(bare_p50),
+                             summary(ratios), errs))
+    finally:
+        for p in procs:
+            stop(p)
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"digits MLP, gRPC Predict throughput, loopback, {args.repeats} x "
+          f"{args.duration_s:g} s alternating; {os.cpu_count()} CPUs")
+    print("| batch | calls in flight | infer serve calls/s | bare grpcio calls/s "
+          "| p50 ms (ck / bare) | ratio median (min-max) | errors |")
+    for batch, c, ck_r, ba, p50, bp50, (med, lo, hi), errs in rows:
+        print(f"| {batch:5d} | {c:5d} | {ck_r:10.0f} | {ba:10.0f} | {p50:7.2f} / {bp50:7.2f} "
+              f"| {med:.2f}x ({lo:.2f}-{hi:.2f}) | {errs} |")
+    worst = min(r[6][0] for r in rows)
+    print(f"headline: worst infer serve / bare grpcio gRPC throughput = {worst:.2f}x "
+          "(target >= 0.9x)")
+
+
 # --------------------------------------------------------------------------- main
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -465,7 +542,13 @@ def main() -> None:
                     "--connections-list count, ckptsync and bare alternating")
     ap.add_argument("--connections-list", default="1,16,64", metavar="N[,N...]",
                     help="with --batch: the connection counts")
+    ap.add_argument("--grpc", action="store_true",
+                    help="gRPC Predict throughput against a bare grpcio server (with --batch, "
+                    "default 1, and --connections-list: calls in flight)")
     args = ap.parse_args()
+    if args.grpc:
+        grpc_main(args)
+        return
     if args.batch is not None:
         batch_main(args)
         return
@@ -478,7 +561,7 @@ def main() -> None:
         pub = Publisher(ckpts)
         first = pub.write()
         pub.name(first)
-        env_cmd = [sys.executable, "-m", "ckptsync.cli.infer", "serve", "--model", MODEL_FILE,
+        env_cmd = [sys.executable, "-m", "ckptsync.cli.infer", "serve", "--grpc-port", "0", "--model", MODEL_FILE,
                    "--checkpoint-dir", ckpts, "--port", "0", "--log-level", "warning",
                    "--model-name", "digits"]
         ck, ck_port = start(env_cmd + ["--port-file", os.path.join(work, "ck.port")],

@@ -194,7 +194,7 @@ def demo(model_path: str | None, data: str | None, steps: int | None,
         trainer_log = open(os.path.join(work, "trainer.log"), "w")
         logs.append(trainer_log)
         server = subprocess.Popen(
-            [sys.executable, "-m", "ckptsync.cli.infer", "serve", "--model", model,
+            [sys.executable, "-m", "ckptsync.cli.infer", "serve", "--grpc-port", "0", "--model", model,
              "--checkpoint-dir", ckpt_dir, "--device", "cpu:1", "--port", "0",
              "--port-file", port_file, "--model-name", task.model_name, *tb_flags["serve"]],
             stdout=server_log, stderr=subprocess.STDOUT)

@@ -65,6 +65,10 @@ def main() -> None:
 @option(
     "--port-file", default=None, help="Write the bound port here once listening.")
 @option(
+    "--grpc-port", type=Int(0, 65535), default=8500, show_default=True,
+    help="TF Serving's gRPC API (PredictionService, ModelService, grpc.health.v1) on this "
+    "port of --host; 0: off.")
+@option(
     "--model-name", default=None, help="Name in URLs [default: model file's stem].")
 @option(
     "--poll", is_flag=True, help="Poll the directory (NFS, no inotify).")
@@ -152,6 +156,7 @@ def serve(
     host: str,
     port: int,
     port_file: str | None,
+    grpc_port: int,
     model_name: str | None,
     poll: bool,
     rescan_interval_s: float,
@@ -289,7 +294,10 @@ def serve(
             sock.close()
             _fail(f"cannot write summaries to --summary-dir {summary_dir}: {e}")
     try:
-        asyncio.run(_serve(server, sock, port_file, bound_port, host, name))
+        asyncio.run(_serve(server, sock, port_file, bound_port, host, name,
+                           grpc=None if grpc_port == 0 else (grpc_port, manager, http_options,
+                                                             app.state.registry,
+                                                             drain_timeout_s)))
     finally:
         sock.close()
         if summaries is not None:
@@ -299,8 +307,26 @@ def serve(
 
 
 async def _serve(
-    server: Any, sock: socket.socket, port_file: str | None, port: int, host: str, name: str
+    server: Any, sock: socket.socket, port_file: str | None, port: int, host: str, name: str,
+    grpc: tuple[int, Any, Any, Any, float] | None = None,
 ) -> None:
+    """uvicorn's ``server`` on ``sock`` and, when ``grpc`` is (port, manager, options,
+    registry, drain timeout), TF Serving's gRPC API on the same event loop; both stop on
+    the same signal."""
+    grpc_server = health_task = None
+    drain_s = 0.0
+    if grpc is not None:
+        from ckptsync.serving.grpc_api import start_grpc_server  # here for a fast --help
+
+        grpc_port, manager, options, registry, drain_s = grpc
+        try:
+            grpc_server, _, health_task = await start_grpc_server(
+                manager, name, options, host, grpc_port, registry=registry)
+        except OSError as e:
+            sock.close()
+            _fail(f"{e} (--grpc-port {grpc_port}; 0 turns gRPC off)")
+        logger.info("serving model %r over gRPC on %s:%d", name, host, grpc_port)
+
     async def announce() -> None:
         while not server.started and not server.should_exit:
             await asyncio.sleep(0.005)
@@ -314,11 +340,23 @@ async def _serve(
                     return
             logger.info("serving model %r on http://%s:%d", name, host, port)
 
-    task = asyncio.create_task(announce())
+    async def stop_grpc_with_http() -> None:
+        # uvicorn drains its connections and then closes the manager (lifespan): gRPC
+        # drains alongside, so its calls in flight finish before the manager is closed.
+        while not server.should_exit:
+            await asyncio.sleep(0.05)
+        if health_task is not None:
+            health_task.cancel()
+        if grpc_server is not None:
+            await grpc_server.stop(grace=drain_s)
+
+    tasks = [asyncio.create_task(announce()), asyncio.create_task(stop_grpc_with_http())]
     try:
         await server.serve(sockets=[sock])
     finally:
-        task.cancel()
+        server.should_exit = True
+        await tasks[1]
+        tasks[0].cancel()
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -97,7 +97,7 @@ def test_sigterm_to_one_rank_stops_every_rank_after_the_same_step(tmp_path, proc
 def test_a_server_follows_the_two_rank_trainers_directory(tmp_path, procs):
     ckpt_dir, port_file = tmp_path / "ckpts", tmp_path / "port"
     server = subprocess.Popen(
-        cli("infer", "serve", "--model", MODEL, "--checkpoint-dir", str(ckpt_dir), "--port", "0",
+        cli("infer", "serve", "--grpc-port", "0", "--model", MODEL, "--checkpoint-dir", str(ckpt_dir), "--port", "0",
             "--port-file", str(port_file), "--model-name", "digits"),
         env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     procs.append(server)

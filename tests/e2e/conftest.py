@@ -33,7 +33,7 @@ def serve(procs: list[subprocess.Popen], port_file: Path, model: str | Path,
     ARGS`` (stdout dropped, stderr piped), adds it to ``procs`` (ended by that fixture),
     and returns its port once the port file names it (60 s at most)."""
     server = subprocess.Popen(
-        cli("infer", "serve", "--model", str(model), "--checkpoint-dir", str(checkpoint_dir),
+        cli("infer", "serve", "--grpc-port", "0", "--model", str(model), "--checkpoint-dir", str(checkpoint_dir),
             "--port", "0", "--port-file", str(port_file), *args),
         env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     procs.append(server)

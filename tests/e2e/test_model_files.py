@@ -74,7 +74,7 @@ def test_a_model_imports_its_siblings_in_trainer_and_server(tmp_path):
     assert json.loads(r.stdout.splitlines()[-1])["global_step"] == 20
     port_file = tmp_path / "port"
     proc = subprocess.Popen(
-        cli("infer", "serve", "--model", str(model), "--checkpoint-dir", str(ckpts),
+        cli("infer", "serve", "--grpc-port", "0", "--model", str(model), "--checkpoint-dir", str(ckpts),
             "--port", "0", "--port-file", str(port_file)),
         env=env(), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

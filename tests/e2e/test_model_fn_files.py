@@ -250,7 +250,7 @@ def test_infer_serve_of_a_model_fn_without_serving_input_receiver_fn_says_what_t
                                               train_op=train_op)
     """))
     r = subprocess.run(
-        cli("infer", "serve", "--model", str(model), "--checkpoint-dir", str(tmp_path / "c"),
+        cli("infer", "serve", "--grpc-port", "0", "--model", str(model), "--checkpoint-dir", str(tmp_path / "c"),
             "--port", "0"), env=env(), capture_output=True, text=True, timeout=60)
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()

@@ -43,6 +43,8 @@ def test_serve_hot_reloads_under_load_and_drains_on_sigterm(tmp_path, model_file
     proc = subprocess.Popen(
         infer(
             "serve",
+            "--grpc-port",
+            "0",
             "--model",
             str(model_file),
             "--checkpoint-dir",
@@ -125,6 +127,8 @@ def test_port_in_use_is_one_line_exit_1(tmp_path, model_file):
         port = taken.getsockname()[1]
         r = run_infer(
             "serve",
+            "--grpc-port",
+            "0",
             "--model",
             str(model_file),
             "--checkpoint-dir",
@@ -139,7 +143,7 @@ def test_port_in_use_is_one_line_exit_1(tmp_path, model_file):
 
 
 def test_missing_model_file_is_usage_error(tmp_path):
-    r = run_infer("serve", "--model", str(tmp_path / "nope.py"), "--checkpoint-dir", str(tmp_path))
+    r = run_infer("serve", "--grpc-port", "0", "--model", str(tmp_path / "nope.py"), "--checkpoint-dir", str(tmp_path))
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == [
         f"infer serve: error: Invalid value for '--model': {tmp_path / 'nope.py'} is not a file"
@@ -155,7 +159,7 @@ def test_missing_required_option_is_usage_error(tmp_path):
 def test_broken_model_file_is_one_line_exit_2_as_for_the_trainer(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("raise ImportError('no such thing')\n")
-    r = run_infer("serve", "--model", str(bad), "--checkpoint-dir", str(tmp_path))
+    r = run_infer("serve", "--grpc-port", "0", "--model", str(bad), "--checkpoint-dir", str(tmp_path))
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert (
@@ -173,7 +177,7 @@ def test_help():
 def start_server(tmp_path, model_file, *extra: str, env=None) -> tuple[subprocess.Popen, int]:
     ckpts, port_file = tmp_path / "ckpts", tmp_path / "port"
     proc = subprocess.Popen(
-        infer("serve", "--model", str(model_file), "--checkpoint-dir", str(ckpts), "--port", "0",
+        infer("serve", "--grpc-port", "0", "--model", str(model_file), "--checkpoint-dir", str(ckpts), "--port", "0",
               "--port-file", str(port_file), "--rescan-interval-s", "0.05", "--log-level",
               "warning", *extra),
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
@@ -292,7 +296,7 @@ def test_pin_version_flag_admin_token_env_and_gate(tmp_path, model_file):
 
 
 def test_bad_gate_is_usage_error(tmp_path, model_file):
-    r = run_infer("serve", "--model", str(model_file), "--checkpoint-dir", str(tmp_path),
+    r = run_infer("serve", "--grpc-port", "0", "--model", str(model_file), "--checkpoint-dir", str(tmp_path),
                   "--gate", "nope")
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == [

@@ -1,6 +1,7 @@
-"""A real `infer serve` process while a writer publishes 200 checkpoints under load: every
-answer is 200, carries a published version and exactly that version's outputs; readiness
-never drops once ready. Both watching modes (inotify events, --poll)."""
+"""A real `infer serve` process while a writer publishes 200 checkpoints under load over
+REST (TF Serving's and the Open Inference Protocol's) and gRPC at once: every answer is 200 (OK), carries a published version and exactly
+that version's outputs; readiness never drops once ready. Both watching modes (inotify
+events, --poll)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,18 @@ import subprocess
 import threading
 import time
 
+import grpc
 import httpx
 import numpy as np
 import pytest
 
 from ckptsync import checkpoint as ckpt
+from ckptsync.serving import tfs_protos as pb
+from ckptsync.serving.tensor_proto import make_ndarray, make_tensor_proto
 
 from .conftest import MLPServable, mlp_params
 from .test_cli import infer, wait_for_port
+from .test_grpc import free_port
 
 X = np.random.default_rng(3).standard_normal((2, 4)).astype(np.float32)
 PUBLISHES = 200
@@ -31,13 +36,17 @@ def test_publish_200_checkpoints_under_load(tmp_path, model_file, mode):
     ckpts, port_file = tmp_path / "ckpts", tmp_path / "port"
     ckpts.mkdir()
     args = ["--rescan-interval-s", "0.05"] + (["--poll"] if mode == "poll" else [])
+    grpc_port = free_port()
     proc = subprocess.Popen(
-        infer("serve", "--model", str(model_file), "--checkpoint-dir", str(ckpts), "--port", "0",
+        infer("serve", "--grpc-port", str(grpc_port), "--model", str(model_file),
+              "--checkpoint-dir", str(ckpts), "--port", "0",
               "--port-file", str(port_file), "--log-level", "warning", *args),
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
     published: list[int] = []
     answers: list[tuple[int, int | None, dict | None]] = []
+    grpc_answers: list[tuple[str, int, np.ndarray | None, list | None]] = []
+    v2_answers: list[tuple[int, dict | None]] = []
     ready_codes: list[int] = []
     stop = threading.Event()
     try:
@@ -69,6 +78,33 @@ def test_publish_200_checkpoints_under_load(tmp_path, model_file, mode):
                     data = r.json() if r.status_code == 200 else None
                     answers.append((r.status_code, r.headers.get("x-model-version"), data))
 
+        def grpc_load() -> None:
+            request = pb.PredictRequest()
+            request.model_spec.name = "mlp"
+            request.inputs["x"].CopyFrom(make_tensor_proto(X))
+            with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+                call = channel.unary_unary(
+                    "/tensorflow.serving.PredictionService/Predict",
+                    request_serializer=lambda m: m.SerializeToString(),
+                    response_deserializer=pb.PredictResponse.FromString)
+                while not stop.is_set():
+                    try:
+                        r = call(request, timeout=10)
+                    except grpc.RpcError as e:
+                        grpc_answers.append((e.code().name, -1, None, None))
+                        continue
+                    grpc_answers.append(("OK", r.model_spec.version.value,
+                                         make_ndarray(r.outputs["logits"]),
+                                         make_ndarray(r.outputs["classes"]).tolist()))
+
+        def v2_load() -> None:
+            body = {"inputs": [{"name": "x", "shape": list(X.shape), "datatype": "FP32",
+                                "data": X.reshape(-1).tolist()}]}
+            with httpx.Client(base_url=base, timeout=10.0) as c:
+                while not stop.is_set():
+                    r = c.post("/v2/models/mlp/infer", json=body)
+                    v2_answers.append((r.status_code, r.json() if r.status_code == 200 else None))
+
         def readiness() -> None:
             with httpx.Client(base_url=base, timeout=10.0) as c:
                 while not stop.is_set():
@@ -76,6 +112,8 @@ def test_publish_200_checkpoints_under_load(tmp_path, model_file, mode):
                     time.sleep(0.005)
 
         threads = [threading.Thread(target=load) for _ in range(2)]
+        threads.append(threading.Thread(target=grpc_load))
+        threads.append(threading.Thread(target=v2_load))
         threads.append(threading.Thread(target=readiness))
         for t in threads:
             t.start()
@@ -121,3 +159,27 @@ def test_publish_200_checkpoints_under_load(tmp_path, model_file, mode):
         np.testing.assert_allclose(got_logits, want["logits"], rtol=1e-6, atol=1e-6)
         assert got_classes == want["classes"].tolist()
     assert PUBLISHES in seen and len(seen) >= 10
+    assert grpc_answers and all(code == "OK" for code, *_ in grpc_answers), [
+        a[:2] for a in grpc_answers if a[0] != "OK"][:3]
+    grpc_seen = set()
+    for _, version, logits, classes in grpc_answers:
+        assert version in published
+        grpc_seen.add(version)
+        want = cache.setdefault(version, expected(version))
+        np.testing.assert_array_equal(logits, want["logits"])  # bit-exact: binary floats
+        assert classes == want["classes"].tolist()
+    assert len(grpc_seen) >= 10
+    assert v2_answers and all(code == 200 for code, _ in v2_answers), [
+        a for a in v2_answers if a[0] != 200][:3]
+    v2_seen = set()
+    for _, body in v2_answers:
+        version = int(body["model_version"])
+        assert version in published
+        v2_seen.add(version)
+        want = cache.setdefault(version, expected(version))
+        outs = {o["name"]: o for o in body["outputs"]}
+        np.testing.assert_array_equal(
+            np.array(outs["logits"]["data"], np.float32).reshape(outs["logits"]["shape"]),
+            want["logits"])
+        assert outs["classes"]["data"] == want["classes"].tolist()
+    assert len(v2_seen) >= 10

@@ -27,7 +27,7 @@ def start_server(tmp_path, model_file, *extra: str) -> tuple[subprocess.Popen, i
     ckpts, port_file = tmp_path / "ckpts", tmp_path / "port"
     publish(ckpts, 7)
     proc = subprocess.Popen(
-        infer("serve", "--model", str(model_file), "--checkpoint-dir", str(ckpts),
+        infer("serve", "--grpc-port", "0", "--model", str(model_file), "--checkpoint-dir", str(ckpts),
               "--port", "0", "--port-file", str(port_file), "--log-level", "warning",
               "--rescan-interval-s", "0.05", *extra),
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,

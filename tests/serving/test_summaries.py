@@ -36,7 +36,7 @@ def _wait(predicate, proc, timeout_s=60.0):
 def test_serve_writes_version_load_time_delay_and_request_rates(tmp_path, model_file):
     ckpts, port_file, logdir = tmp_path / "ckpts", tmp_path / "port", tmp_path / "logs" / "serve"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ckptsync.cli.infer", "serve", "--model", str(model_file),
+        [sys.executable, "-m", "ckptsync.cli.infer", "serve", "--grpc-port", "0", "--model", str(model_file),
          "--checkpoint-dir", str(ckpts), "--port", "0", "--port-file", str(port_file),
          "--rescan-interval-s", "0.2", "--log-level", "warning", "--summary-dir", str(logdir)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

@@ -1,5 +1,7 @@
-"""The predict endpoint of the HTTP app: the one handler of
-``POST /v1/models/{name}[/versions/{v}]:predict``.
+"""The predict endpoints of the HTTP app: the one handler of
+``POST /v1/models/{name}[/versions/{v}]:predict`` (TF Serving's) and of
+``POST /v2/models/{name}[/versions/{v}]/infer`` (the Open Inference Protocol's,
+:mod:`.kserve_v2`).
 
 :class:`~.http.ServingApp` hands every ASGI call to :meth:`PredictHandler.handle` first;
 a predict is answered there, as plain ASGI, before starlette's middleware, routing table
@@ -26,11 +28,13 @@ from starlette.responses import RedirectResponse
 from ._responses import (
     DRAIN_CUT_BODY,
     ClientGone,
+    HttpError,
     dumps,
     map_error,
     read_capped_body,
     url_version,
 )
+from .kserve_v2 import INFER_PATH
 
 if TYPE_CHECKING:  # http imports this module
     from .http import RestApi
@@ -105,31 +109,34 @@ class PredictHandler:
         self._observe = api.latency.labels("predict").observe
         self._switch_interval_s = api.options.pool_switch_interval_s
 
-    def _answer(self, body: bytes, version: int | None,
-                path: str) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+    def _answer(self, body: bytes, version: int | None, path: str,
+                v2_headers: Any = None) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
         """``api.predict_bytes`` as (status, body, extra headers), an error mapped to its
         answer here: no exception leaves the call. Raised out of the pool thread, it held
         the body and its decoded text in its traceback's frames, in a reference cycle
         through anyio's future that only a full garbage collection frees (a refused 21 MB
         body kept ~25 MB per request until then)."""
         try:
-            data, served = self.api.predict_bytes(body, version)
+            if v2_headers is None:
+                data, served = self.api.predict_bytes(body, version)
+                return 200, data, [(b"x-model-version", served.encode())]
+            data, headers, served = self.api.v2.infer_bytes(body, v2_headers, version)
         except Exception as e:
             status, message, extra = map_error(e, "POST", path)
             return status, dumps({"error": message}).encode(), [
                 (k.lower().encode(), val.encode()) for k, val in (extra or {}).items()]
-        return 200, data, [(b"x-model-version", served.encode())]
+        return 200, data, [(b"x-model-version", served.encode()), *headers]
 
-    def _answer_in_pool(self, body: bytes, version: int | None,
-                        path: str) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+    def _answer_in_pool(self, body: bytes, version: int | None, path: str,
+                        v2_headers: Any) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
         """:meth:`_answer` on the pool thread, the switch interval raised to
         ``pool_switch_interval_s`` meanwhile (see :class:`~.options.HttpOptions`)."""
         interval_s = self._switch_interval_s
         if interval_s is None:
-            return self._answer(body, version, path)
+            return self._answer(body, version, path, v2_headers)
         raised_switch_interval.enter(interval_s)
         try:
-            return self._answer(body, version, path)
+            return self._answer(body, version, path, v2_headers)
         finally:
             raised_switch_interval.exit()
 
@@ -140,12 +147,19 @@ class PredictHandler:
         503 ``{"error"}`` instead of uvicorn's plain-text 500."""
         if scope["type"] != "http":
             return False
+        v2_headers = None
         m = PREDICT_PATH.match(scope["path"])
         if m is None:
-            if scope["path"].endswith("/"):
-                return await self._redirect_slashes(scope, receive, send)
-            return False
-        if scope["method"] != "POST":
+            m = INFER_PATH.match(scope["path"])
+            if m is None:
+                if scope["path"].endswith("/"):
+                    return await self._redirect_slashes(scope, receive, send)
+                return False
+            v2_headers = scope["headers"]
+            if scope["method"] != "POST":
+                await self._method_not_allowed(scope, send)
+                return True
+        elif scope["method"] != "POST":
             if m.group(2) is None:  # the status route answers it (405, ':predict' takes POST)
                 return False
             await self._method_not_allowed(scope, send)
@@ -156,17 +170,24 @@ class PredictHandler:
         try:
             name, v = m.groups()
             if name != api.model_name:
+                if v2_headers is not None:
+                    raise HttpError(404, f"unknown model: '{name}' (this server serves "
+                                         f"'{api.model_name}')")
                 api.check_name(name)  # raises the 404 (or 405 for a misplaced verb)
             version = None if v is None else url_version(v)
             body = await read_capped_body(scope["headers"], receive, self.api.max_request_bytes)
             if len(body) <= api.inline_max_body_bytes:
-                status, data, extra_headers = self._answer(body, version, scope["path"])
+                status, data, extra_headers = self._answer(body, version, scope["path"],
+                                                           v2_headers)
             else:  # BIG_REQUEST_THREADS at a time (see __init__)
                 if self._limiter is None:
                     self._limiter = anyio.CapacityLimiter(BIG_REQUEST_THREADS)
                 status, data, extra_headers = await anyio.to_thread.run_sync(
-                    self._answer_in_pool, body, version, scope["path"], limiter=self._limiter)
+                    self._answer_in_pool, body, version, scope["path"], v2_headers,
+                    limiter=self._limiter)
             del body  # a big body is not kept while the answer is sent
+            if extra_headers and extra_headers[-1][0] == b"inference-header-content-length":
+                headers = [(b"content-type", b"application/octet-stream")]
             headers += extra_headers
         except ClientGone:
             return True
@@ -179,7 +200,7 @@ class PredictHandler:
         headers.append((b"content-length", str(len(data)).encode()))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": data})
-        api.count("predict", status)
+        api.count("predict" if v2_headers is None else "v2_infer", status)
         self._observe(time.perf_counter() - start)
         return True
 

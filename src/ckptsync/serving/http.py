@@ -88,6 +88,7 @@ from ._responses import (
     short,
     url_version,
 )
+from .kserve_v2 import OpenInferenceApi
 from .manager import ModelManager
 from .options import HttpOptions, apply_overrides
 from .rest_codec import format_predict_response, parse_predict_body
@@ -151,6 +152,7 @@ class RestApi:
         )
         self.registry.register(ManagerCollector(manager, model_name))
         self._counters: dict[tuple[str, int], Any] = {}  # labels() children, cached
+        self.v2 = OpenInferenceApi(self)  # the Open Inference Protocol's routes
 
     def count(self, route: str, status: int) -> None:
         """Counts one answer of ``route`` with HTTP ``status``."""
@@ -456,6 +458,7 @@ def create_app(
         Route("/healthz", ep("healthz", api.healthz), methods=["GET"]),
         Route("/readyz", ep("readyz", api.readyz), methods=["GET"]),
         Route("/metrics", ep("metrics", api.metrics), methods=["GET"]),
+        *api.v2.routes(),
     ]
 
     async def http_error(request: Request, exc: Exception) -> Response:
