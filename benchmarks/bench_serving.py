@@ -25,6 +25,9 @@ What runs (digits MLP 64->128->128->10, ``examples/digits_mlp.py``, batch 1):
         [--swaps 1000]
     python benchmarks/bench_serving.py --batch 1,64,256 [--connections-list 1,16,64]
         (throughput only, by rows per request)
+    python benchmarks/bench_serving.py --v2 [--batch 1,64] [--connections-list 1,16,64]
+        (the Open Inference Protocol's /v2/models/digits/infer, JSON and binary tensors,
+        against TF Serving's :predict on the same server)
     python benchmarks/bench_serving.py --grpc [--batch 1,64] [--connections-list 1,16,64]
         (gRPC Predict throughput: infer serve --grpc-port against a bare grpcio server
         doing the same forward with the same messages, benchmarks/_grpc_load.py)
@@ -457,6 +460,68 @@ def batch_main(args: argparse.Namespace) -> None:
           f"{args.batch} = {worst:.2f}x (target >= 0.9x)")
 
 
+def v2_main(args: argparse.Namespace) -> None:
+    """/v2/models/digits/infer (JSON tensors; binary tensors) / :predict, same server."""
+    batches = [int(b) for b in (args.batch or "1").split(",")]
+    conns = [int(c) for c in args.connections_list.split(",")]
+    work = tempfile.mkdtemp(prefix="bench-v2-")
+    rows = []
+    ck = None
+    try:
+        ckpts = os.path.join(work, "ckpts")
+        os.makedirs(ckpts)
+        pub = Publisher(ckpts)
+        pub.name(pub.write())
+        ck, port = start(
+            [sys.executable, "-m", "ckptsync.cli.infer", "serve", "--grpc-port", "0",
+             "--model", MODEL_FILE, "--checkpoint-dir", ckpts, "--port", "0",
+             "--log-level", "warning", "--model-name", "digits",
+             "--port-file", os.path.join(work, "ck.port")], os.path.join(work, "ck.port"))
+        for batch in batches:
+            x = np.random.default_rng(0).random((batch, 64)).round(4)
+            tfs = request_bytes("/v1/models/digits:predict",
+                                json.dumps({"instances": x.tolist()}).encode())
+            v2_json = request_bytes("/v2/models/digits/infer", json.dumps({"inputs": [
+                {"name": "x", "shape": [batch, 64], "datatype": "FP32",
+                 "data": x.reshape(-1).tolist()}]}).encode())
+            head = json.dumps({"inputs": [{"name": "x", "shape": [batch, 64], "datatype": "FP32",
+                                           "parameters": {"binary_data_size": batch * 256}}],
+                               "parameters": {"binary_data_output": True}}).encode()
+            body = head + x.astype("<f4").tobytes()
+            v2_bin = (f"POST /v2/models/digits/infer HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                      f"Content-Type: application/octet-stream\r\n"
+                      f"Inference-Header-Content-Length: {len(head)}\r\n"
+                      f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+            probe = Probe(port, tfs)
+            wait_version(probe, 1)
+            probe.close()
+            for c in conns:
+                rps: dict[str, list[float]] = {"tfs": [], "json": [], "bin": []}
+                errs = 0
+                for _ in range(args.repeats):
+                    for key, req in (("tfs", tfs), ("json", v2_json), ("bin", v2_bin)):
+                        r = run_load(port, req, c, args.duration_s)
+                        rps[key].append(r["rps"])
+                        errs += sum(n for code, n in r["codes"].items() if code != "200")
+                rows.append((batch, c, {k: statistics.median(v) for k, v in rps.items()},
+                             summary([a / b for a, b in zip(rps["json"], rps["tfs"])]),
+                             summary([a / b for a, b in zip(rps["bin"], rps["tfs"])]), errs))
+    finally:
+        if ck is not None:
+            stop(ck)
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"digits MLP, Open Inference Protocol infer vs TF Serving predict, one server, "
+          f"loopback, {args.repeats} x {args.duration_s:g} s alternating; {os.cpu_count()} CPUs")
+    print("| batch | conns | :predict req/s | v2 JSON req/s | v2 binary req/s "
+          "| v2 JSON / :predict | v2 binary / :predict | errors |")
+    for batch, c, med, (jm, jlo, jhi), (bm, blo, bhi), errs in rows:
+        print(f"| {batch} | {c} | {med['tfs']:.0f} | {med['json']:.0f} | {med['bin']:.0f} "
+              f"| {jm:.2f}x ({jlo:.2f}-{jhi:.2f}) | {bm:.2f}x ({blo:.2f}-{bhi:.2f}) | {errs} |")
+    worst = min(min(r[3][0], r[4][0]) for r in rows)
+    print(f"headline: worst v2 infer / TF Serving predict throughput = {worst:.2f}x "
+          "(target >= 0.9x)")
+
+
 def run_grpc_load(port: int, req: bytes, concurrency: int, duration_s: float,
                   warmup_s: float = 0.3) -> dict:
     r = subprocess.run(
@@ -545,7 +610,13 @@ def main() -> None:
     ap.add_argument("--grpc", action="store_true",
                     help="gRPC Predict throughput against a bare grpcio server (with --batch, "
                     "default 1, and --connections-list: calls in flight)")
+    ap.add_argument("--v2", action="store_true",
+                    help="the Open Inference Protocol's infer route against TF Serving's "
+                    ":predict on the same server (with --batch, default 1)")
     args = ap.parse_args()
+    if args.v2:
+        v2_main(args)
+        return
     if args.grpc:
         grpc_main(args)
         return
