@@ -71,6 +71,14 @@ def main() -> None:
 @option(
     "--model-name", default=None, help="Name in URLs [default: model file's stem].")
 @option(
+    "--enable-batching", is_flag=True,
+    help="Run concurrent predicts (REST, v2, gRPC) as one forward pass, as TF Serving's "
+    "--enable_batching.")
+@option(
+    "--batching-parameters-file", type=click.Path(dir_okay=False), default=None,
+    help="With --enable-batching: TF Serving's BatchingParameters text (max_batch_size, "
+    "batch_timeout_micros, max_enqueued_batches, num_batch_threads, allowed_batch_sizes).")
+@option(
     "--poll", is_flag=True, help="Poll the directory (NFS, no inotify).")
 @option(
     "--rescan-interval-s",
@@ -158,6 +166,8 @@ def serve(
     port_file: str | None,
     grpc_port: int,
     model_name: str | None,
+    enable_batching: bool,
+    batching_parameters_file: str | None,
     poll: bool,
     rescan_interval_s: float,
     max_request_bytes: int,
@@ -196,6 +206,7 @@ def serve(
         pinned_version = version
     if admin_token is not None and not admin_token.strip():
         raise click.BadParameter("must not be empty", param_hint="'--admin-token'")
+    batching = _batching_options(enable_batching, batching_parameters_file)
     # Imported here so `infer --help` stays fast.
     from ckptsync.serving import (
         GraphServable,
@@ -266,7 +277,7 @@ def serve(
         options=manager_options,
     )
     name = model_name or os.path.splitext(os.path.basename(model_file))[0]
-    app = create_app(manager, name, options=http_options, own_manager=True)
+    app = create_app(manager, name, options=http_options, own_manager=True, batching=batching)
     config = uvicorn.Config(
         app,
         log_level=log_level.lower(),
@@ -297,7 +308,8 @@ def serve(
         asyncio.run(_serve(server, sock, port_file, bound_port, host, name,
                            grpc=None if grpc_port == 0 else (grpc_port, manager, http_options,
                                                              app.state.registry,
-                                                             drain_timeout_s)))
+                                                             drain_timeout_s,
+                                                             app.state.batcher)))
     finally:
         sock.close()
         if summaries is not None:
@@ -308,20 +320,20 @@ def serve(
 
 async def _serve(
     server: Any, sock: socket.socket, port_file: str | None, port: int, host: str, name: str,
-    grpc: tuple[int, Any, Any, Any, float] | None = None,
+    grpc: tuple[int, Any, Any, Any, float, Any] | None = None,
 ) -> None:
     """uvicorn's ``server`` on ``sock`` and, when ``grpc`` is (port, manager, options,
-    registry, drain timeout), TF Serving's gRPC API on the same event loop; both stop on
-    the same signal."""
+    registry, drain timeout, batcher), TF Serving's gRPC API on the same event loop; both
+    stop on the same signal."""
     grpc_server = health_task = None
     drain_s = 0.0
     if grpc is not None:
         from ckptsync.serving.grpc_api import start_grpc_server  # here for a fast --help
 
-        grpc_port, manager, options, registry, drain_s = grpc
+        grpc_port, manager, options, registry, drain_s, batcher = grpc
         try:
             grpc_server, _, health_task = await start_grpc_server(
-                manager, name, options, host, grpc_port, registry=registry)
+                manager, name, options, host, grpc_port, registry=registry, batcher=batcher)
         except OSError as e:
             sock.close()
             _fail(f"{e} (--grpc-port {grpc_port}; 0 turns gRPC off)")
@@ -357,6 +369,29 @@ async def _serve(
         server.should_exit = True
         await tasks[1]
         tasks[0].cancel()
+
+
+def _batching_options(enabled: bool, path: str | None) -> Any:
+    """The BatchingOptions of --enable-batching (and its file), or None when off."""
+    if path is not None and not enabled:
+        raise click.UsageError("--batching-parameters-file takes effect only with "
+                               "--enable-batching")
+    if not enabled:
+        return None
+    from ckptsync.errors import InvalidArgumentError  # here so `infer --help` stays fast
+    from ckptsync.serving.batching import BatchingOptions  # the same
+
+    if path is None:
+        return BatchingOptions()
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        return BatchingOptions.from_text(text, path)
+    except (OSError, UnicodeDecodeError) as e:
+        raise click.BadParameter(f"cannot read {path}: {e}",
+                                 param_hint="'--batching-parameters-file'") from None
+    except InvalidArgumentError as e:
+        raise click.BadParameter(e.message, param_hint="'--batching-parameters-file'") from None
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -8,17 +8,6 @@ messages and enums ``ckptsync.serving.tfs_protos`` defines, read from the real
 import json
 import os
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-from google.protobuf import descriptor_pool  # noqa: E402
-from tensorflow_serving.apis import (  # noqa: E402, F401  (they fill the default pool)
-    get_model_metadata_pb2,
-    get_model_status_pb2,
-    model_management_pb2,
-    predict_pb2,
-)
-from tensorflow_serving.config import model_server_config_pb2  # noqa: E402, F401
-
 MESSAGES = [
     "tensorflow.TensorProto", "tensorflow.TensorShapeProto", "tensorflow.TensorShapeProto.Dim",
     "tensorflow.TensorInfo", "tensorflow.SignatureDef",
@@ -37,6 +26,17 @@ ENUMS = ["tensorflow.DataType", "tensorflow.error.Code",
 
 
 def main() -> None:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    # Imported here: pytest's doctest collection imports this file without TensorFlow.
+    from google.protobuf import descriptor_pool
+    from tensorflow_serving.apis import (  # noqa: F401  (they fill the default pool)
+        get_model_metadata_pb2,
+        get_model_status_pb2,
+        model_management_pb2,
+        predict_pb2,
+    )
+    from tensorflow_serving.config import model_server_config_pb2  # noqa: F401
+
     pool = descriptor_pool.Default()
     out = {"messages": {}, "enums": {}}
     names = list(MESSAGES)

@@ -8,11 +8,7 @@ CASES, built with TensorFlow's own ``TensorProto``: the values and shape, or tha
 import json
 import os
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from tensorflow.core.framework import tensor_pb2  # noqa: E402
+import numpy as np
 
 # name -> (dtype name, shape, TensorProto fields)
 CASES = {
@@ -39,10 +35,6 @@ CASES = {
                                     {"tensor_content": np.arange(2, dtype="<f4").tobytes()}),
     "empty_shape_with_values": ("DT_FLOAT", [0, 3], {"float_val": [1.0]}),
 }
-TF_TYPES = {"DT_FLOAT": tf.float32, "DT_DOUBLE": tf.float64, "DT_INT8": tf.int8,
-            "DT_UINT8": tf.uint8, "DT_INT16": tf.int16, "DT_INT32": tf.int32,
-            "DT_INT64": tf.int64, "DT_UINT32": tf.uint32, "DT_UINT64": tf.uint64,
-            "DT_BOOL": tf.bool, "DT_HALF": tf.float16, "DT_COMPLEX64": tf.complex64}
 
 
 def _plain(a: np.ndarray) -> list:
@@ -52,9 +44,18 @@ def _plain(a: np.ndarray) -> list:
 
 
 def main() -> None:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    # Imported here: pytest's doctest collection imports this file without TensorFlow.
+    import tensorflow as tf
+    from tensorflow.core.framework import tensor_pb2
+
+    tf_types = {"DT_FLOAT": tf.float32, "DT_DOUBLE": tf.float64, "DT_INT8": tf.int8,
+                "DT_UINT8": tf.uint8, "DT_INT16": tf.int16, "DT_INT32": tf.int32,
+                "DT_INT64": tf.int64, "DT_UINT32": tf.uint32, "DT_UINT64": tf.uint64,
+                "DT_BOOL": tf.bool, "DT_HALF": tf.float16, "DT_COMPLEX64": tf.complex64}
     out = {}
     for name, (dtype, shape, fields) in CASES.items():
-        proto = tensor_pb2.TensorProto(dtype=tf.dtypes.as_dtype(TF_TYPES[dtype]).as_datatype_enum)
+        proto = tensor_pb2.TensorProto(dtype=tf.dtypes.as_dtype(tf_types[dtype]).as_datatype_enum)
         for s in shape:
             proto.tensor_shape.dim.add(size=s)
         for k, v in fields.items():
@@ -64,7 +65,7 @@ def main() -> None:
                 getattr(proto, k).extend(v)
         serialized = proto.SerializeToString()
         try:
-            a = tf.io.parse_tensor(serialized, TF_TYPES[dtype]).numpy()
+            a = tf.io.parse_tensor(serialized, tf_types[dtype]).numpy()
             result = {"shape": list(a.shape), "values": _plain(a)}
         except tf.errors.OpError as e:
             result = {"error": type(e).__name__}

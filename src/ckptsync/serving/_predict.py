@@ -34,6 +34,7 @@ from ._responses import (
     read_capped_body,
     url_version,
 )
+from .batching import run_unbatched
 from .kserve_v2 import INFER_PATH
 
 if TYPE_CHECKING:  # http imports this module
@@ -80,11 +81,18 @@ class _SwitchInterval:
 raised_switch_interval = _SwitchInterval()  # process-wide, as the interval is
 
 
+def _error_answer(e: Exception, path: str) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+    status, message, extra = map_error(e, "POST", path)
+    return status, dumps({"error": message}).encode(), [
+        (k.lower().encode(), val.encode()) for k, val in (extra or {}).items()]
+
+
 class PredictHandler:
     """Answers ``POST /v1/models/{name}[/versions/{v}]:predict`` as plain ASGI.
 
     Args:
-        api: the app's :class:`~.http.RestApi` (model name, caps, metrics, predict_bytes).
+        api: the app's :class:`~.http.RestApi` (model name, caps, metrics, the
+            protocols' parse and answer, the batch scheduler).
 
     It also answers what starlette's router answered for these URLs when they were
     routes: 405 for another method on ``.../versions/{v}:predict`` and a 307 redirect for
@@ -92,11 +100,11 @@ class PredictHandler:
     ``/v1/models/{name}`` routes).
 
     Who calls what: :class:`~.http.ServingApp` awaits :meth:`handle` for every ASGI
-    call; the handler calls ``api.predict_bytes`` (inline for bodies up to
+    call; the handler parses, runs (:func:`~.batching.run_unbatched`, or through
+    ``api.batcher`` with batching on) and answers, inline for bodies up to
     ``inline_max_body_bytes``, else in a pool thread, ``BIG_REQUEST_THREADS`` at a time,
-    under :data:`raised_switch_interval`),
-    ``api.count`` and the latency histogram. Thread-safety: holds no per-request state; any number of
-    concurrent requests.
+    under :data:`raised_switch_interval`; then ``api.count`` and the latency histogram.
+    Thread-safety: holds no per-request state; any number of concurrent requests.
     """
 
     def __init__(self, api: RestApi):
@@ -109,36 +117,76 @@ class PredictHandler:
         self._observe = api.latency.labels("predict").observe
         self._switch_interval_s = api.options.pool_switch_interval_s
 
+    def _protocol(self, v2_headers: Any) -> tuple[Any, Any]:
+        """(parse, answer) of the request's protocol: TF Serving's or the v2 one's."""
+        api = self.api
+        if v2_headers is None:
+            return api.parse_predict, api.answer_predict
+        return api.v2.parse, api.v2.answer
+
     def _answer(self, body: bytes, version: int | None, path: str,
                 v2_headers: Any = None) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
-        """``api.predict_bytes`` as (status, body, extra headers), an error mapped to its
+        """One predict, unbatched, as (status, body, headers), an error mapped to its
         answer here: no exception leaves the call. Raised out of the pool thread, it held
         the body and its decoded text in its traceback's frames, in a reference cycle
         through anyio's future that only a full garbage collection frees (a refused 21 MB
         body kept ~25 MB per request until then)."""
+        parse, answer = self._protocol(v2_headers)
         try:
-            if v2_headers is None:
-                data, served = self.api.predict_bytes(body, version)
-                return 200, data, [(b"x-model-version", served.encode())]
-            data, headers, served = self.api.v2.infer_bytes(body, v2_headers, version)
+            signature_name, inputs, ctx = parse(body, v2_headers)
+            outputs, served = run_unbatched(self.api.manager, signature_name, version, inputs)
+            data, headers = answer(outputs, served, ctx)
         except Exception as e:
-            status, message, extra = map_error(e, "POST", path)
-            return status, dumps({"error": message}).encode(), [
-                (k.lower().encode(), val.encode()) for k, val in (extra or {}).items()]
-        return 200, data, [(b"x-model-version", served.encode()), *headers]
+            return _error_answer(e, path)
+        return 200, data, headers
 
-    def _answer_in_pool(self, body: bytes, version: int | None, path: str,
-                        v2_headers: Any) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
-        """:meth:`_answer` on the pool thread, the switch interval raised to
-        ``pool_switch_interval_s`` meanwhile (see :class:`~.options.HttpOptions`)."""
-        interval_s = self._switch_interval_s
-        if interval_s is None:
-            return self._answer(body, version, path, v2_headers)
-        raised_switch_interval.enter(interval_s)
+    def _parse_in_pool(self, body: bytes, path: str, v2_headers: Any) -> Any:
+        """The request's (signature name, inputs, ctx), or its error answer (a tuple of
+        three whose first is an int status), on the pool thread."""
         try:
-            return self._answer(body, version, path, v2_headers)
-        finally:
-            raised_switch_interval.exit()
+            return self._protocol(v2_headers)[0](body, v2_headers)
+        except Exception as e:
+            return _error_answer(e, path)
+
+    async def _answer_batched(self, body: bytes, version: int | None, path: str,
+                              v2_headers: Any) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+        """One predict through the batch scheduler: parsed here (a big body in the pool
+        thread), run in a batch, answered here."""
+        batcher = self.api.batcher
+        assert batcher is not None
+        parse, answer = self._protocol(v2_headers)
+        try:
+            if len(body) <= self.api.inline_max_body_bytes:
+                parsed = parse(body, v2_headers)
+            else:
+                parsed = await self._in_pool(self._parse_in_pool, body, path, v2_headers)
+                if isinstance(parsed[0], int):
+                    return parsed  # type: ignore[no-any-return]
+            signature_name, inputs, ctx = parsed
+            outputs, served = await batcher.run(signature_name, version, inputs)
+            data, headers = answer(outputs, served, ctx)
+        except Exception as e:
+            return _error_answer(e, path)
+        return 200, data, headers
+
+    async def _in_pool(self, fn: Any, *args: Any) -> Any:
+        """``fn(*args)`` on the pool thread, ``BIG_REQUEST_THREADS`` at a time (see
+        ``__init__``), the switch interval raised to ``pool_switch_interval_s`` meanwhile
+        (see :class:`~.options.HttpOptions`)."""
+        if self._limiter is None:
+            self._limiter = anyio.CapacityLimiter(BIG_REQUEST_THREADS)
+        interval_s = self._switch_interval_s
+
+        def call() -> Any:
+            if interval_s is None:
+                return fn(*args)
+            raised_switch_interval.enter(interval_s)
+            try:
+                return fn(*args)
+            finally:
+                raised_switch_interval.exit()
+
+        return await anyio.to_thread.run_sync(call, limiter=self._limiter)
 
     async def handle(self, scope: Any, receive: Any, send: Any) -> bool:
         """Answers the request if it is a predict (True); False (nothing received or sent)
@@ -176,15 +224,15 @@ class PredictHandler:
                 api.check_name(name)  # raises the 404 (or 405 for a misplaced verb)
             version = None if v is None else url_version(v)
             body = await read_capped_body(scope["headers"], receive, self.api.max_request_bytes)
-            if len(body) <= api.inline_max_body_bytes:
+            if api.batcher is not None:
+                status, data, extra_headers = await self._answer_batched(
+                    body, version, scope["path"], v2_headers)
+            elif len(body) <= api.inline_max_body_bytes:
                 status, data, extra_headers = self._answer(body, version, scope["path"],
                                                            v2_headers)
             else:  # BIG_REQUEST_THREADS at a time (see __init__)
-                if self._limiter is None:
-                    self._limiter = anyio.CapacityLimiter(BIG_REQUEST_THREADS)
-                status, data, extra_headers = await anyio.to_thread.run_sync(
-                    self._answer_in_pool, body, version, scope["path"], v2_headers,
-                    limiter=self._limiter)
+                status, data, extra_headers = await self._in_pool(
+                    self._answer, body, version, scope["path"], v2_headers)
             del body  # a big body is not kept while the answer is sent
             if extra_headers and extra_headers[-1][0] == b"inference-header-content-length":
                 headers = [(b"content-type", b"application/octet-stream")]

@@ -12,6 +12,7 @@ import json
 import logging
 from typing import Any
 
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.responses import Response
 
 from .. import errors
@@ -109,6 +110,9 @@ def map_error(e: Exception, method: str, path: str) -> tuple[int, str, dict[str,
     if isinstance(e, HttpError):
         return e.status, e.message, e.headers
     if isinstance(e, errors.OpError):
+        status = getattr(e, "http_status", None)  # an error that names its own (429)
+        if status is not None:
+            return status, e.message, {"Retry-After": "1"} if status == 429 else None
         return HTTP_STATUS.get(e.error_code, 500), e.message, None
     logger.exception("unexpected error answering %s %s", method, path)
     return 500, f"internal error: {type(e).__name__}: {e}", None
@@ -172,3 +176,19 @@ async def read_capped_body(headers: Any, receive: Any, cap: int) -> bytes:
         if not message.get("more_body", False):
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
+
+class _VersionDigits(Convertor[str]):
+    """``{version:digits}``: the digits as text, parsed by :func:`url_version` in the
+    handler (starlette's ``int`` convertor raises on 5,000 digits: a 500)."""
+
+    regex = "[0-9]+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+# Registered at import: the routes of http.py and kserve_v2.py use ``{version:digits}``.
+register_url_convertor("digits", _VersionDigits())

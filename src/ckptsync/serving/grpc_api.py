@@ -37,13 +37,13 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
-import numpy as np
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry, Counter
 
 from ckptsync import errors
 
 from . import tfs_protos as pb
+from .batching import BatchScheduler, run_unbatched
 from .manager import ModelManager
 from .options import HttpOptions
 from .servable import DEFAULT_SIGNATURE, Signature, validate_inputs
@@ -80,13 +80,16 @@ class TfServingGrpc:
             ``inline_max_body_bytes``); the HTTP server's, so both protocols take the same.
         registry: a Prometheus registry for ``ckptsync_grpc_requests_total{method,code}``
             (None: a registry of its own).
+        batcher: the batch scheduler the REST API shares (None: each call runs alone).
 
     Thread-safety: calls run on the event loop (a big request's forward on a pool thread).
     """
 
     def __init__(self, manager: ModelManager, model_name: str, options: HttpOptions,
-                 registry: CollectorRegistry | None = None):
+                 registry: CollectorRegistry | None = None,
+                 batcher: BatchScheduler | None = None):
         self.manager, self.model_name, self.options = manager, model_name, options
+        self.batcher = batcher
         self.requests = Counter("ckptsync_grpc_requests", "gRPC calls by method and status code",
                                 ["method", "code"],
                                 registry=registry if registry is not None else CollectorRegistry())
@@ -187,24 +190,19 @@ class TfServingGrpc:
                 raise _Abort(grpc.StatusCode.INVALID_ARGUMENT,
                              f"input '{key}' has a batch of {arr.shape[0]} rows, more than "
                              f"the server's max_batch_size of {limit}; split the request")
-        snap = self.manager.acquire(version)  # the one snapshot this request runs on
-        servable = self.manager.servable
-
-        def run() -> dict[str, np.ndarray]:
-            if name == DEFAULT_SIGNATURE:
-                return servable.run(snap.params, inputs)
-            return servable.run_signature(name, snap.params, inputs)
-
-        if sum(a.nbytes for a in inputs.values()) <= self.options.inline_max_body_bytes:
-            outputs = run()
+        if self.batcher is not None:
+            outputs, served = await self.batcher.run(name, version, inputs)
+        elif sum(a.nbytes for a in inputs.values()) <= self.options.inline_max_body_bytes:
+            outputs, served = run_unbatched(self.manager, name, version, inputs)
         else:
             if self._pool_slot is None:
                 self._pool_slot = asyncio.Semaphore(1)
             async with self._pool_slot:
-                outputs = await asyncio.to_thread(run)
+                outputs, served = await asyncio.to_thread(
+                    run_unbatched, self.manager, name, version, inputs)
         response = pb.PredictResponse()
         response.model_spec.name = self.model_name
-        response.model_spec.version.value = snap.version
+        response.model_spec.version.value = served
         response.model_spec.signature_name = name
         out = response.outputs
         for k in wanted:
@@ -281,13 +279,14 @@ async def _track_health(servicer: Any, manager: ModelManager, names: list[str]) 
 
 async def start_grpc_server(manager: ModelManager, model_name: str, options: HttpOptions,
                             host: str, port: int, *, registry: CollectorRegistry | None = None,
+                            batcher: BatchScheduler | None = None,
                             credentials: grpc.ServerCredentials | None = None
                             ) -> tuple[grpc.aio.Server, int, asyncio.Task[None]]:
     """Starts a grpcio server on the running event loop with TF Serving's services and
     the health service.
 
     Args:
-        manager, model_name, options, registry: as :class:`TfServingGrpc`.
+        manager, model_name, options, registry, batcher: as :class:`TfServingGrpc`.
         host, port: where to listen (port >= 1).
         credentials: TLS credentials (``grpc.ssl_server_credentials``), or None for plain.
 
@@ -304,7 +303,7 @@ async def start_grpc_server(manager: ModelManager, model_name: str, options: Htt
         ("grpc.max_send_message_length", -1),
         ("grpc.so_reuseport", 0),
     ])
-    api = TfServingGrpc(manager, model_name, options, registry)
+    api = TfServingGrpc(manager, model_name, options, registry, batcher)
     server.add_generic_rpc_handlers(api.handlers())
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

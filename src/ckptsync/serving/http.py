@@ -64,7 +64,6 @@ from prometheus_client import (
 )
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.convertors import Convertor, register_url_convertor
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
@@ -88,6 +87,7 @@ from ._responses import (
     short,
     url_version,
 )
+from .batching import BatchingOptions, BatchScheduler
 from .kserve_v2 import OpenInferenceApi
 from .manager import ModelManager
 from .options import HttpOptions, apply_overrides
@@ -96,20 +96,6 @@ from .rest_codec import format_predict_response, parse_predict_body
 __all__ = ["create_app"]
 
 
-class _VersionDigits(Convertor[str]):
-    """``{version:digits}``: the digits as text, parsed by :func:`url_version` in the
-    handler (starlette's ``int`` convertor raises on 5,000 digits: a 500)."""
-
-    regex = "[0-9]+"
-
-    def convert(self, value: str) -> str:
-        return value
-
-    def to_string(self, value: str) -> str:
-        return value
-
-
-register_url_convertor("digits", _VersionDigits())
 
 
 class RestApi:
@@ -122,8 +108,9 @@ class RestApi:
 
     Who calls what: :func:`create_app` wraps each handler with :meth:`endpoint` into a
     starlette route; :class:`~._predict.PredictHandler` calls :meth:`check_name`,
-    :meth:`predict_bytes` and :meth:`count`. Thread-safety: handlers hold no per-request
-    state; :meth:`predict_bytes` may run on the event loop or a pool thread at once.
+    :meth:`parse_predict`, :meth:`answer_predict` and :meth:`count`. Thread-safety:
+    handlers hold no per-request state; the parse and answer may run on the event loop
+    or a pool thread at once.
     """
 
     def __init__(self, manager: ModelManager, model_name: str, options: HttpOptions):
@@ -153,6 +140,7 @@ class RestApi:
         self.registry.register(ManagerCollector(manager, model_name))
         self._counters: dict[tuple[str, int], Any] = {}  # labels() children, cached
         self.v2 = OpenInferenceApi(self)  # the Open Inference Protocol's routes
+        self.batcher: BatchScheduler | None = None  # set by create_app with batching
 
     def count(self, route: str, status: int) -> None:
         """Counts one answer of ``route`` with HTTP ``status``."""
@@ -203,29 +191,31 @@ class RestApi:
         except ClientGone:
             raise ClientDisconnect() from None
 
-    def predict_bytes(self, body: bytes, version: int | None) -> tuple[bytes, str]:
-        """One predict: request body -> (answer body, served version as a str).
+    def parse_predict(self, body: bytes, headers: Any = None) -> tuple[str, Any, Any]:
+        """A ``:predict`` body -> (signature name, validated inputs, what
+        :meth:`answer_predict` needs). ``headers`` is unused (the v2 route's take them).
 
         Raises:
             HttpError: 400, the body is not JSON or its inputs cannot be read.
-            OpError: InvalidArgumentError (inputs against the signature), UnavailableError
-                or NotFoundError (from ``manager.acquire``).
+            OpError: InvalidArgumentError (inputs against the signature).
         """
-        servable = self.manager.servable
         try:  # never decodes more than max_batch_size rows of a bigger batch
             inputs, row_format, batch, signature_name = parse_predict_body(
-                body, servable.signature, self.max_batch_size, self._signature_names
-            )
+                body, self.manager.servable.signature, self.max_batch_size,
+                self._signature_names)
         except (RecursionError, ValueError, TypeError, OverflowError) as e:
             if isinstance(e, errors.OpError):
                 raise
             raise HttpError(400, f"cannot read the request's inputs: {e}") from None
-        snap = self.manager.acquire(version)  # the one snapshot this request runs on
-        outputs = (servable.run(snap.params, inputs) if signature_name == "serving_default"
-                   else servable.run_signature(signature_name, snap.params, inputs))
+        return signature_name, inputs, (row_format, batch)
+
+    def answer_predict(self, outputs: dict[str, Any], served: int,
+                       ctx: Any) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+        """The ``:predict`` answer body and its headers, for outputs of version ``served``."""
+        row_format, batch = ctx
         answer = format_predict_response(outputs, row_format, batch)
-        answer["model_version"] = snap.version
-        return dumps(answer).encode(), str(snap.version)
+        answer["model_version"] = served
+        return dumps(answer).encode(), [(b"x-model-version", str(served).encode())]
 
     async def unknown_verb(self, request: Request) -> Response:
         """POST to ``/v1/models/{name}[:verb]`` other than :predict/:pin/:unpin."""
@@ -417,6 +407,7 @@ def create_app(
     inline_max_body_bytes: int | None = None,
     own_manager: bool = False,
     admin_token: str | None = None,
+    batching: BatchingOptions | None = None,
 ) -> Starlette:
     """Builds the ASGI app serving ``manager`` as model ``model_name``.
 
@@ -429,10 +420,12 @@ def create_app(
             no admin endpoints).
         options: the app's options (None: the defaults).
         own_manager: start the manager at app startup and close it at shutdown (lifespan).
+        batching: batch concurrent predicts (:mod:`.batching`); None: each runs alone.
 
     Returns:
         A Starlette app (a :class:`ServingApp`); ``app.state.registry`` is its Prometheus
-        registry, ``app.state.manager`` the manager, ``app.state.options`` the options.
+        registry, ``app.state.manager`` the manager, ``app.state.options`` the options,
+        ``app.state.batcher`` the batch scheduler (or None).
 
     Raises:
         TypeError, ValueError: an option of the wrong type or out of range.
@@ -444,6 +437,8 @@ def create_app(
     options = apply_overrides(HttpOptions, options,
                               {k: v for k, v in given.items() if v is not None}, "create_app")
     api = RestApi(manager, model_name, options)
+    if batching is not None:
+        api.batcher = BatchScheduler(manager, batching)
     ep = api.endpoint
     model, version = "/v1/models/{name}", "/v1/models/{name}/versions/{version:digits}"
     # POST .../{name}[/versions/{v}]:predict never reaches these: PredictHandler answers it.
@@ -474,6 +469,8 @@ def create_app(
         try:
             yield
         finally:
+            if api.batcher is not None:
+                await run_in_threadpool(api.batcher.close)
             if own_manager:
                 await run_in_threadpool(manager.close)
 
@@ -486,4 +483,5 @@ def create_app(
     app.state.registry = api.registry
     app.state.manager = manager
     app.state.options = options
+    app.state.batcher = api.batcher
     return app

@@ -40,7 +40,7 @@ from starlette.routing import Route
 from ckptsync.errors import InvalidArgumentError, OpError
 
 from ._responses import HttpError, decode_json, dumps, json_response, short
-from .servable import Signature, cast_if_finite, validate_inputs
+from .servable import DEFAULT_SIGNATURE, Signature, cast_if_finite, validate_inputs
 
 __all__ = ["DATATYPES", "INFER_PATH", "OpenInferenceApi", "format_infer_response",
            "parse_infer_request"]
@@ -236,7 +236,8 @@ class OpenInferenceApi:
     """The v2 routes over a :class:`~.http.RestApi` (its manager, name, caps, metrics).
 
     Who calls what: :func:`~.http.create_app` adds :meth:`routes`;
-    :class:`~._predict.PredictHandler` calls :meth:`infer_bytes` for ``.../infer``.
+    :class:`~._predict.PredictHandler` calls :meth:`parse` and :meth:`answer` for
+    ``.../infer``.
     """
 
     def __init__(self, api: Any):
@@ -255,23 +256,25 @@ class OpenInferenceApi:
             Route(version + "/ready", ep("v2_model_ready", self.model_ready), methods=["GET"]),
         ]
 
-    def infer_bytes(self, body: bytes, headers: Any, version: int | None
-                    ) -> tuple[bytes, list[tuple[bytes, bytes]], str]:
-        """One ``.../infer``: body -> (answer body, extra headers, served version).
+    def parse(self, body: bytes, headers: Any) -> tuple[str, dict[str, np.ndarray], Any]:
+        """An ``.../infer`` body -> (signature name, validated inputs, what :meth:`answer`
+        needs).
 
         Raises:
-            HttpError, OpError: as :func:`parse_infer_request`; UnavailableError or
-                NotFoundError from ``manager.acquire``.
+            HttpError, OpError: as :func:`parse_infer_request`.
         """
-        api = self.api
-        servable = api.manager.servable
         inputs, wanted, request_id = parse_infer_request(
-            body, _header_length(headers), servable.signature, api.max_batch_size)
-        snap = api.manager.acquire(version)  # the one snapshot this request runs on
-        outputs = servable.run(snap.params, inputs)
-        data, extra = format_infer_response(api.model_name, snap.version, request_id,
+            body, _header_length(headers), self.api.manager.servable.signature,
+            self.api.max_batch_size)
+        return DEFAULT_SIGNATURE, inputs, (wanted, request_id)
+
+    def answer(self, outputs: Mapping[str, np.ndarray], served: int,
+               ctx: Any) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+        """The ``.../infer`` answer body and its headers."""
+        wanted, request_id = ctx
+        data, extra = format_infer_response(self.api.model_name, served, request_id,
                                             outputs, wanted)
-        return data, extra, str(snap.version)
+        return data, [(b"x-model-version", str(served).encode()), *extra]
 
     def _model(self, request: Request) -> int | None:
         """The URL's version (None: the served one), the model's name checked."""

@@ -40,6 +40,7 @@ __all__ = [
     "GetModelMetadataResponse", "GetModelStatusRequest", "GetModelStatusResponse",
     "ModelVersionStatus", "StatusProto", "ModelServerConfig", "ModelConfigList",
     "ModelConfig", "ServableVersionPolicy", "ReloadConfigRequest", "ReloadConfigResponse",
+    "BatchingParameters",
 ]
 
 #: TF's ``DataType`` enum (types.proto), the non-reference types.
@@ -218,6 +219,15 @@ def _serving() -> Any:
     _field(reload, "metric_names", 2, "string", repeated=True)
     reloaded = f.message_type.add(name="ReloadConfigResponse")
     _field(reloaded, "status", 1, "msg:.tensorflow.serving.StatusProto")
+    # servables/tensorflow/session_bundle_config.proto (not in the tensorflow-serving-api
+    # package, so not in the golden file): --batching_parameters_file's message.
+    batching = f.message_type.add(name="BatchingParameters")
+    for name, number in (("max_batch_size", 1), ("batch_timeout_micros", 2),
+                         ("max_enqueued_batches", 3), ("num_batch_threads", 4)):
+        _field(batching, name, number, "msg:.google.protobuf.Int64Value")
+    _field(batching, "thread_pool_name", 5, "msg:.google.protobuf.StringValue")
+    _field(batching, "allowed_batch_sizes", 6, "int64", repeated=True)
+    _field(batching, "pad_variable_length_inputs", 7, "bool")
     return f
 
 
@@ -237,7 +247,7 @@ def _build() -> dict[str, type]:
                     "GetModelStatusRequest", "GetModelStatusResponse", "ModelVersionStatus",
                     "StatusProto", "ModelServerConfig", "ModelConfigList", "ModelConfig",
                     "FileSystemStoragePathSourceConfig.ServableVersionPolicy",
-                    "ReloadConfigRequest", "ReloadConfigResponse")))}
+                    "ReloadConfigRequest", "ReloadConfigResponse", "BatchingParameters")))}
 
 
 _CLASSES = _build()
@@ -262,3 +272,4 @@ ServableVersionPolicy: Any = _CLASSES[
     "tensorflow.serving.FileSystemStoragePathSourceConfig.ServableVersionPolicy"]
 ReloadConfigRequest: Any = _CLASSES["tensorflow.serving.ReloadConfigRequest"]
 ReloadConfigResponse: Any = _CLASSES["tensorflow.serving.ReloadConfigResponse"]
+BatchingParameters: Any = _CLASSES["tensorflow.serving.BatchingParameters"]

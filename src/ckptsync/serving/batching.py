@@ -1,0 +1,265 @@
+"""Request batching: concurrent predicts of one model run as one forward pass, as TF
+Serving's ``--enable_batching`` (its ``BatchingParameters`` and their meaning).
+
+A request's inputs join the open batch of its (signature, requested version); a batch is
+run when a batch thread is free and it is full (``max_batch_size`` rows) or its oldest
+request has waited ``batch_timeout_micros`` (0: at once, so batches grow only while every
+thread is busy). A batch runs on one snapshot, so it never mixes versions: its inputs are
+concatenated along dim 0, padded to the smallest of ``allowed_batch_sizes`` that holds
+them (the last row repeated; the padding's outputs are dropped), run, and split back.
+When ``max_enqueued_batches`` batches are waiting, a request that would open another is
+refused at once (:class:`~ckptsync.errors.ResourceExhaustedError`: HTTP 429, gRPC
+``RESOURCE_EXHAUSTED``); one with more rows than ``max_batch_size`` is refused
+(``InvalidArgumentError``) as TF Serving does. A signature whose inputs or outputs are not
+all batch-major (dim 0 of any size) runs unbatched.
+
+Thread-safety: :meth:`BatchScheduler.run` is awaited on the server's event loop only;
+batches run on ``num_batch_threads`` threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from google.protobuf import text_format
+
+from ckptsync import errors
+
+from . import tfs_protos as pb
+from .manager import ModelManager
+from .servable import DEFAULT_SIGNATURE
+
+__all__ = ["BatchQueueFullError", "BatchScheduler", "BatchingOptions", "run_unbatched"]
+
+
+class BatchQueueFullError(errors.ResourceExhaustedError):  # type: ignore[misc,valid-type]
+    """The batch queue is full: HTTP 429 with ``Retry-After: 1``, gRPC
+    ``RESOURCE_EXHAUSTED``."""
+
+    http_status = 429
+
+
+@dataclass(frozen=True)
+class BatchingOptions:
+    """TF Serving's ``BatchingParameters`` (the defaults are its scheduler's).
+
+    Attributes:
+        max_batch_size: most rows in one batch (>= 1).
+        batch_timeout_micros: how long a batch's oldest request may wait for more, in
+            microseconds (>= 0).
+        max_enqueued_batches: most batches waiting for a thread (>= 1).
+        num_batch_threads: threads running batches (>= 1; default the CPU count).
+        allowed_batch_sizes: sizes a batch is padded up to, increasing, the last equal to
+            ``max_batch_size``; empty: no padding.
+    """
+
+    max_batch_size: int = 1000
+    batch_timeout_micros: int = 0
+    max_enqueued_batches: int = 10
+    num_batch_threads: int = field(default_factory=lambda: os.cpu_count() or 1)
+    allowed_batch_sizes: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name, low in (("max_batch_size", 1), ("batch_timeout_micros", 0),
+                          ("max_enqueued_batches", 1), ("num_batch_threads", 1)):
+            value = getattr(self, name)
+            if type(value) is not int or value < low:
+                raise errors.InvalidArgumentError(
+                    None, None, f"batching parameter {name} must be an integer >= {low}, "
+                    f"got {value!r}")
+        sizes = self.allowed_batch_sizes
+        if sizes and (list(sizes) != sorted(set(sizes)) or sizes[0] < 1
+                      or sizes[-1] != self.max_batch_size):
+            raise errors.InvalidArgumentError(
+                None, None, f"allowed_batch_sizes {list(sizes)} must increase and end with "
+                f"max_batch_size ({self.max_batch_size})")
+
+    @classmethod
+    def from_text(cls, text: str, source: str = "batching parameters") -> BatchingOptions:
+        """Parses TF Serving's ``--batching_parameters_file`` text format, e.g.
+        ``max_batch_size { value: 64 } batch_timeout_micros { value: 2000 }``.
+
+        Raises:
+            InvalidArgumentError: not that format, or a value out of range (naming
+                ``source``).
+        """
+        try:
+            proto = text_format.Parse(text, pb.BatchingParameters())
+        except text_format.ParseError as e:
+            raise errors.InvalidArgumentError(
+                None, None, f"{source}: not TF Serving's BatchingParameters text format: "
+                f"{e}") from None
+        kw: dict[str, Any] = {k: getattr(proto, k).value for k in (
+            "max_batch_size", "batch_timeout_micros", "max_enqueued_batches",
+            "num_batch_threads") if proto.HasField(k)}
+        kw["allowed_batch_sizes"] = tuple(proto.allowed_batch_sizes)
+        try:
+            return cls(**kw)
+        except errors.InvalidArgumentError as e:
+            raise errors.InvalidArgumentError(None, None, f"{source}: {e.message}") from None
+
+
+def run_unbatched(manager: ModelManager, signature_name: str, version: int | None,
+                  inputs: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], int]:
+    """One forward on the one snapshot of ``version`` (None: the served one):
+    (outputs, the version that answered).
+
+    Raises:
+        UnavailableError, NotFoundError: as ``manager.acquire``.
+    """
+    snap = manager.acquire(version)  # the one snapshot this request runs on
+    servable = manager.servable
+    if signature_name == DEFAULT_SIGNATURE:
+        return servable.run(snap.params, inputs), snap.version
+    return servable.run_signature(signature_name, snap.params, inputs), snap.version
+
+
+@dataclass
+class _Task:
+    inputs: Mapping[str, np.ndarray]
+    rows: int
+    future: asyncio.Future[tuple[dict[str, np.ndarray], int]]
+
+
+@dataclass
+class _Batch:
+    key: tuple[str, int | None]
+    tasks: list[_Task] = field(default_factory=list)
+    rows: int = 0
+    opened_s: float = field(default_factory=time.monotonic)
+
+
+class BatchScheduler:
+    """Batches the forwards of one manager's model.
+
+    Args:
+        manager: the model manager.
+        options: the batching parameters.
+
+    Call :meth:`close` when done (it stops the batch threads).
+    """
+
+    def __init__(self, manager: ModelManager, options: BatchingOptions):
+        self.manager, self.options = manager, options
+        self._pool = ThreadPoolExecutor(options.num_batch_threads,
+                                        thread_name_prefix="ckptsync-batch")
+        self._open: dict[tuple[str, int | None], _Batch] = {}
+        self._ready: list[_Batch] = []
+        self._busy = 0
+        self._timer: asyncio.TimerHandle | None = None
+        signatures = manager.servable.signatures
+        self._batchable = {name: _batch_major(sig) for name, sig in signatures.items()}
+        self.batches_run = 0  # batches run so far (for metrics and tests)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+    async def run(self, signature_name: str, version: int | None,
+                  inputs: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], int]:
+        """This request's outputs, computed in a batch: (outputs, version that answered).
+
+        Raises:
+            BatchQueueFullError: the queue is full.
+            InvalidArgumentError: more rows than ``max_batch_size``.
+            UnavailableError, NotFoundError: as ``manager.acquire``.
+        """
+        if not self._batchable.get(signature_name, False):
+            return run_unbatched(self.manager, signature_name, version, inputs)
+        rows = next(iter(inputs.values())).shape[0]
+        limit = self.options.max_batch_size
+        if rows > limit:
+            raise errors.InvalidArgumentError(
+                None, None, f"Task size {rows} is larger than maximum input batch size "
+                f"{limit} (--enable-batching's max_batch_size); split the request")
+        key = (signature_name, version)
+        batch = self._open.get(key)
+        if batch is None or batch.rows + rows > limit:
+            # Batches waiting (a running one is no longer queued, as TF Serving counts).
+            if len(self._ready) + len(self._open) >= self.options.max_enqueued_batches:
+                raise BatchQueueFullError(
+                    None, None, f"the batch queue is full ({self.options.max_enqueued_batches} "
+                    "batches waiting, --enable-batching's max_enqueued_batches); retry shortly")
+            if batch is not None:
+                self._ready.append(self._open.pop(key))
+            batch = self._open[key] = _Batch(key)
+        future = asyncio.get_running_loop().create_future()
+        batch.tasks.append(_Task(inputs, rows, future))
+        batch.rows += rows
+        if batch.rows == limit:
+            self._ready.append(self._open.pop(key))
+        self._dispatch()
+        return await future
+
+    def _dispatch(self) -> None:
+        """Starts batches on free threads: full ones first, then any whose oldest request
+        has waited the timeout; sets a timer for the next to time out."""
+        loop = asyncio.get_running_loop()
+        timeout_s = self.options.batch_timeout_micros * 1e-6
+        while self._busy < self.options.num_batch_threads:
+            if not self._ready:
+                now = time.monotonic()
+                due = [b for b in self._open.values() if now - b.opened_s >= timeout_s]
+                if not due:
+                    break
+                oldest = min(due, key=lambda b: b.opened_s)
+                self._ready.append(self._open.pop(oldest.key))
+            batch = self._ready.pop(0)
+            self._busy += 1
+            job = loop.run_in_executor(self._pool, self._run_batch, batch)
+            job.add_done_callback(functools.partial(self._finished, batch=batch))
+        if self._open and self._timer is None and self._busy < self.options.num_batch_threads:
+            first = min(b.opened_s for b in self._open.values())
+            self._timer = loop.call_later(max(0.0, first + timeout_s - time.monotonic()),
+                                          self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._dispatch()
+
+    def _finished(self, job: asyncio.Future[list[Any]], batch: _Batch) -> None:
+        self._busy -= 1
+        self.batches_run += 1
+        error = job.exception()
+        results = None if error is not None else job.result()
+        for i, task in enumerate(batch.tasks):
+            if task.future.done():  # its caller was cancelled
+                continue
+            if error is not None:
+                task.future.set_exception(error)
+            else:
+                assert results is not None
+                task.future.set_result(results[i])
+        self._dispatch()
+
+    def _run_batch(self, batch: _Batch) -> list[tuple[dict[str, np.ndarray], int]]:
+        """On a batch thread: one snapshot, one forward, outputs split per task."""
+        name, version = batch.key
+        tasks = batch.tasks
+        keys = list(tasks[0].inputs)
+        merged = {k: np.concatenate([t.inputs[k] for t in tasks]) if len(tasks) > 1
+                  else tasks[0].inputs[k] for k in keys}
+        size = next((s for s in self.options.allowed_batch_sizes if s >= batch.rows),
+                    batch.rows)
+        if size > batch.rows:  # pad with the last row, repeated
+            merged = {k: np.concatenate([v, np.repeat(v[-1:], size - batch.rows, axis=0)])
+                      for k, v in merged.items()}
+        outputs, served = run_unbatched(self.manager, name, version, merged)
+        results, start = [], 0
+        for t in tasks:
+            results.append(({k: v[start:start + t.rows] for k, v in outputs.items()}, served))
+            start += t.rows
+        return results
+
+
+def _batch_major(signature: Any) -> bool:
+    """Every input and output has dim 0 of any size (rows that can be stacked and split)."""
+    return all(spec.shape and spec.shape[0] is None
+               for spec in (*signature.inputs.values(), *signature.outputs.values()))

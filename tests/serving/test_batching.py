@@ -1,0 +1,212 @@
+"""Request batching (ckptsync.serving.batching): concurrent predicts run as one forward on
+one snapshot, split back exactly; padding to allowed sizes; a full queue refuses at once;
+TF Serving's BatchingParameters text format; the --enable-batching flags."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import threading
+
+import numpy as np
+import pytest
+
+from ckptsync import errors
+from ckptsync.serving import ModelManager
+from ckptsync.serving._responses import map_error
+from ckptsync.serving.batching import (
+    BatchingOptions,
+    BatchQueueFullError,
+    BatchScheduler,
+    run_unbatched,
+)
+
+from .conftest import MLPServable, mlp_params, publish, wait_until
+from .test_cli import run_infer
+
+
+class RecordingMLP(MLPServable):
+    """The MLP, recording the rows of each forward it runs."""
+
+    def __init__(self):
+        super().__init__(two_outputs=True)
+        self.rows: list[int] = []
+
+    def run(self, params, inputs):
+        self.rows.append(inputs["x"].shape[0])
+        return super().run(params, inputs)
+
+
+@pytest.fixture
+def manager(tmp_path):
+    servable = RecordingMLP()
+    publish(tmp_path, 3)
+    m = ModelManager(servable, tmp_path)
+    m.start()
+    wait_until(lambda: m.version == 3)
+    yield m
+    m.close()
+
+
+def rows(n: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((n, 4)).astype(np.float32)
+
+
+def run_all(scheduler: BatchScheduler, xs: list[np.ndarray], version=None):
+    async def main():
+        return await asyncio.gather(
+            *(scheduler.run("serving_default", version, {"x": x}) for x in xs),
+            return_exceptions=True)
+    return asyncio.run(main())
+
+
+def test_concurrent_requests_run_as_one_forward_and_get_exactly_their_rows(manager):
+    scheduler = BatchScheduler(manager, BatchingOptions(
+        max_batch_size=12, batch_timeout_micros=10_000_000, num_batch_threads=1))
+    try:
+        xs = [rows(n, i) for i, n in enumerate([1, 3, 2, 1, 4, 1])]  # 12 rows: one batch
+        results = run_all(scheduler, xs)
+    finally:
+        scheduler.close()
+    assert manager.servable.rows == [12] and scheduler.batches_run == 1
+    # Exactly the rows of the one forward over all twelve (a forward of 12 rows may round
+    # differently from twelve of 1: BLAS picks its kernel by size, as under TF Serving).
+    whole = MLPServable(two_outputs=True).run(mlp_params(3), {"x": np.concatenate(xs)})
+    start = 0
+    for x, (outputs, version) in zip(xs, results):
+        assert version == 3
+        np.testing.assert_array_equal(outputs["logits"], whole["logits"][start:start + len(x)])
+        np.testing.assert_array_equal(outputs["classes"],
+                                      whole["classes"][start:start + len(x)])
+        start += len(x)
+
+
+def test_a_batch_is_padded_to_the_next_allowed_size_and_the_padding_dropped(manager):
+    scheduler = BatchScheduler(manager, BatchingOptions(
+        max_batch_size=8, batch_timeout_micros=0, num_batch_threads=1,
+        allowed_batch_sizes=(2, 4, 8)))
+    try:
+        x = rows(3, 7)
+        ((outputs, _),) = run_all(scheduler, [x])
+    finally:
+        scheduler.close()
+    assert manager.servable.rows == [4]
+    assert outputs["logits"].shape == (3, 3)
+    padded = np.concatenate([x, x[-1:]])
+    np.testing.assert_array_equal(
+        outputs["logits"], MLPServable().run(mlp_params(3), {"x": padded})["logits"][:3])
+
+
+def test_a_full_queue_refuses_at_once_and_the_others_are_answered(manager):
+    started, release = threading.Event(), threading.Event()
+
+    def hold():  # the first batch's forward waits until the refusal has been seen
+        if not started.is_set():
+            started.set()
+            release.wait(30)
+
+    manager.servable.run_hook = hold
+    scheduler = BatchScheduler(manager, BatchingOptions(
+        max_batch_size=1, batch_timeout_micros=0, max_enqueued_batches=1,
+        num_batch_threads=1))
+
+    async def main():
+        first = asyncio.ensure_future(scheduler.run("serving_default", None, {"x": rows(1, 1)}))
+        while not started.is_set():
+            await asyncio.sleep(0.001)
+        second = asyncio.ensure_future(scheduler.run("serving_default", None, {"x": rows(1, 2)}))
+        await asyncio.sleep(0)  # the second is queued (the only thread is busy)
+        with pytest.raises(BatchQueueFullError, match="batch queue is full"):
+            await scheduler.run("serving_default", None, {"x": rows(1, 3)})
+        release.set()
+        return await first, await second
+
+    try:
+        (a, va), (b, vb) = asyncio.run(main())
+    finally:
+        release.set()
+        scheduler.close()
+    assert va == vb == 3 and a["logits"].shape == b["logits"].shape == (1, 3)
+    status, message, headers = map_error(
+        BatchQueueFullError(None, None, "full"), "POST", "/v1/models/m:predict")
+    assert (status, headers) == (429, {"Retry-After": "1"})
+    assert BatchQueueFullError.error_code == errors.RESOURCE_EXHAUSTED  # gRPC's code
+
+
+def test_more_rows_than_max_batch_size_is_refused(manager):
+    scheduler = BatchScheduler(manager, BatchingOptions(max_batch_size=4))
+    try:
+        (result,) = run_all(scheduler, [rows(5, 0)])
+    finally:
+        scheduler.close()
+    assert isinstance(result, errors.InvalidArgumentError)
+    assert "Task size 5 is larger than maximum input batch size 4" in str(result)
+
+
+def test_a_batch_runs_on_one_version_while_versions_change(manager, tmp_path):
+    """Batches formed while new versions land: every answer is exactly its version's."""
+    scheduler = BatchScheduler(manager, BatchingOptions(
+        max_batch_size=16, batch_timeout_micros=500, num_batch_threads=2))
+    stop = threading.Event()
+
+    def publisher():
+        for step in range(4, 40):
+            publish(tmp_path, step)
+            if stop.wait(0.01):
+                return
+
+    t = threading.Thread(target=publisher)
+    t.start()
+    try:
+        results = []
+        for i in range(30):
+            xs = [rows(1 + (j % 3), 100 * i + j) for j in range(8)]
+            results += list(zip(xs, run_all(scheduler, xs)))
+    finally:
+        stop.set()
+        t.join(30)
+        scheduler.close()
+    versions = set()
+    for x, (outputs, version) in results:
+        versions.add(version)
+        want = MLPServable().run(mlp_params(version), {"x": x})
+        # Each version's biases are its step: any other version's outputs are far off.
+        np.testing.assert_allclose(outputs["logits"], want["logits"], rtol=1e-5, atol=1e-5)
+    assert len(versions) > 1
+
+
+def test_unbatched_runs_on_the_snapshot_of_the_version_asked_for(manager):
+    outputs, version = run_unbatched(manager, "serving_default", 3, {"x": rows(2, 1)})
+    assert version == 3 and outputs["logits"].shape == (2, 3)
+    with pytest.raises(errors.NotFoundError, match="version 9 is not being served"):
+        run_unbatched(manager, "serving_default", 9, {"x": rows(2, 1)})
+
+
+def test_tf_servings_batching_parameters_text_format():
+    options = BatchingOptions.from_text(
+        "max_batch_size { value: 64 }\nbatch_timeout_micros { value: 2000 }\n"
+        "max_enqueued_batches { value: 5 }\nnum_batch_threads { value: 3 }\n"
+        "allowed_batch_sizes: 16\nallowed_batch_sizes: 64\n")
+    assert options == BatchingOptions(max_batch_size=64, batch_timeout_micros=2000,
+                                      max_enqueued_batches=5, num_batch_threads=3,
+                                      allowed_batch_sizes=(16, 64))
+    with pytest.raises(errors.InvalidArgumentError, match="f.txt: not TF Serving's"):
+        BatchingOptions.from_text("max_batch_size: 64", "f.txt")
+    with pytest.raises(errors.InvalidArgumentError, match="must increase and end with"):
+        BatchingOptions.from_text("max_batch_size { value: 8 } allowed_batch_sizes: 4")
+    with pytest.raises(errors.InvalidArgumentError, match="num_batch_threads must be"):
+        BatchingOptions(num_batch_threads=0)
+
+
+def test_the_batching_flags_are_checked_before_serving(tmp_path, model_file):
+    bad = tmp_path / "batching.txt"
+    bad.write_text("max_batch_size { value: 0 }")
+    r = run_infer("serve", "--model", str(model_file), "--checkpoint-dir", str(tmp_path),
+                  "--grpc-port", "0", "--enable-batching", "--batching-parameters-file", str(bad))
+    assert r.returncode == 2
+    assert "Invalid value for '--batching-parameters-file'" in r.stderr
+    assert "max_batch_size must be an integer >= 1" in r.stderr
+    r = run_infer("serve", "--model", str(model_file), "--checkpoint-dir", str(tmp_path),
+                  "--grpc-port", "0", "--batching-parameters-file", str(bad))
+    assert r.returncode == 2 and "takes effect only with --enable-batching" in r.stderr
+    assert isinstance(r, subprocess.CompletedProcess)
