@@ -71,6 +71,12 @@ def main() -> None:
 @option(
     "--model-name", default=None, help="Name in URLs [default: model file's stem].")
 @option(
+    "--ssl-certfile", type=click.Path(dir_okay=False), default=None,
+    help="TLS certificate chain (PEM) for REST and gRPC; needs --ssl-keyfile.")
+@option(
+    "--ssl-keyfile", type=click.Path(dir_okay=False), default=None,
+    help="TLS private key (PEM) of --ssl-certfile.")
+@option(
     "--enable-batching", is_flag=True,
     help="Run concurrent predicts (REST, v2, gRPC) as one forward pass, as TF Serving's "
     "--enable_batching.")
@@ -166,6 +172,8 @@ def serve(
     port_file: str | None,
     grpc_port: int,
     model_name: str | None,
+    ssl_certfile: str | None,
+    ssl_keyfile: str | None,
     enable_batching: bool,
     batching_parameters_file: str | None,
     poll: bool,
@@ -207,6 +215,7 @@ def serve(
     if admin_token is not None and not admin_token.strip():
         raise click.BadParameter("must not be empty", param_hint="'--admin-token'")
     batching = _batching_options(enable_batching, batching_parameters_file)
+    tls = _tls_files(ssl_certfile, ssl_keyfile)
     # Imported here so `infer --help` stays fast.
     from ckptsync.serving import (
         GraphServable,
@@ -245,6 +254,9 @@ def serve(
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if admin_token is not None and tls is None and not _is_loopback(host):
+        logger.warning("--admin-token is sent in the clear: --host %s is not a loopback "
+                       "address and TLS is off (--ssl-certfile/--ssl-keyfile)", host)
     # The event loop answers requests while the loader and metrics threads run Python
     # now and then; CPython lets a thread keep the GIL for the switch interval (5 ms by
     # default) before the other gets it. 0.1 ms bounds both waits: a reload's work adds
@@ -280,6 +292,8 @@ def serve(
     app = create_app(manager, name, options=http_options, own_manager=True, batching=batching)
     config = uvicorn.Config(
         app,
+        ssl_certfile=None if tls is None else ssl_certfile,
+        ssl_keyfile=None if tls is None else ssl_keyfile,
         log_level=log_level.lower(),
         access_log=False,
         lifespan="on",
@@ -309,7 +323,7 @@ def serve(
                            grpc=None if grpc_port == 0 else (grpc_port, manager, http_options,
                                                              app.state.registry,
                                                              drain_timeout_s,
-                                                             app.state.batcher)))
+                                                             app.state.batcher, tls)))
     finally:
         sock.close()
         if summaries is not None:
@@ -320,20 +334,24 @@ def serve(
 
 async def _serve(
     server: Any, sock: socket.socket, port_file: str | None, port: int, host: str, name: str,
-    grpc: tuple[int, Any, Any, Any, float, Any] | None = None,
+    grpc: tuple[int, Any, Any, Any, float, Any, tuple[bytes, bytes] | None] | None = None,
 ) -> None:
     """uvicorn's ``server`` on ``sock`` and, when ``grpc`` is (port, manager, options,
-    registry, drain timeout, batcher), TF Serving's gRPC API on the same event loop; both
-    stop on the same signal."""
+    registry, drain timeout, batcher, TLS (key, certificate) or None), TF Serving's gRPC
+    API on the same event loop; both stop on the same signal."""
     grpc_server = health_task = None
     drain_s = 0.0
     if grpc is not None:
         from ckptsync.serving.grpc_api import start_grpc_server  # here for a fast --help
 
-        grpc_port, manager, options, registry, drain_s, batcher = grpc
+        grpc_port, manager, options, registry, drain_s, batcher, tls = grpc
+        import grpc as grpcio  # here so `infer --help` stays fast
+
+        credentials = None if tls is None else grpcio.ssl_server_credentials([tls])
         try:
             grpc_server, _, health_task = await start_grpc_server(
-                manager, name, options, host, grpc_port, registry=registry, batcher=batcher)
+                manager, name, options, host, grpc_port, registry=registry, batcher=batcher,
+                credentials=credentials)
         except OSError as e:
             sock.close()
             _fail(f"{e} (--grpc-port {grpc_port}; 0 turns gRPC off)")
@@ -369,6 +387,39 @@ async def _serve(
         server.should_exit = True
         await tasks[1]
         tasks[0].cancel()
+
+
+def _tls_files(certfile: str | None, keyfile: str | None) -> tuple[bytes, bytes] | None:
+    """(key, certificate chain) read from the TLS flags, or None when TLS is off."""
+    if (certfile is None) != (keyfile is None):
+        raise click.UsageError("--ssl-certfile and --ssl-keyfile go together (TLS needs "
+                               "both the certificate and its key)")
+    if certfile is None or keyfile is None:
+        return None
+    pems = []
+    for path, flag, marker in ((keyfile, "--ssl-keyfile", b"PRIVATE KEY-----"),
+                               (certfile, "--ssl-certfile", b"BEGIN CERTIFICATE-----")):
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise click.BadParameter(f"cannot read {path}: {e.strerror or e}",
+                                     param_hint=f"'{flag}'") from None
+        if marker not in data:
+            raise click.BadParameter(f"{path} is not a PEM file holding a "
+                                     f"{'private key' if flag == '--ssl-keyfile' else 'certificate'}",
+                                     param_hint=f"'{flag}'")
+        pems.append(data)
+    return pems[0], pems[1]
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress  # here: only with --admin-token
+
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def _batching_options(enabled: bool, path: str | None) -> Any:

@@ -162,3 +162,60 @@ def test_http_options_connection_bounds():
         HttpOptions(max_connections=0)
     with pytest.raises(TypeError, match="max_connections must be an int"):
         HttpOptions(max_connections=2.5)  # type: ignore[arg-type]
+
+
+def _oversized(path: str, body_bytes: int, chunked: bool) -> bytes:
+    body = b'{"instances": [' + b"0," * (body_bytes // 2) + b"0]}"
+    head = f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+    if not chunked:
+        return (head + f"content-length: {len(body)}\r\n\r\n").encode() + body
+    step = 1 << 16
+    chunks = b"".join(b"%x\r\n%s\r\n" % (len(body[i:i + step]), body[i:i + step])
+                      for i in range(0, len(body), step))
+    return (head + "transfer-encoding: chunked\r\n\r\n").encode() + chunks + b"0\r\n\r\n"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chunked", [False, True])
+@pytest.mark.parametrize("path", ["/v1/models/mlp:predict", "/v2/models/mlp/infer"])
+def test_a_client_that_sends_its_whole_oversized_body_first_gets_the_413(
+        tmp_path, model_file, chunked, path):
+    """20 MB at a 1 MB cap, sent whole before reading (as curl or requests do): the
+    answer is the 413 JSON, never a broken pipe or a reset."""
+    proc, port = start_server(tmp_path, model_file, "--max-request-bytes", "1000000")
+    try:
+        with connect(port) as s:
+            s.sendall(_oversized(path, 20_000_000, chunked))  # raises on a broken pipe
+            data = b""
+            while b"\r\n\r\n" not in data or not data.endswith(b"}"):
+                chunk = s.recv(65536)
+                assert chunk, f"closed before the whole answer: {data!r}"
+                data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 413")
+        assert "exceeds the limit of 1000000 bytes" in json.loads(body)["error"]
+    finally:
+        stop(proc)
+
+
+@pytest.mark.slow
+def test_lingering_after_an_early_answer_is_bounded(tmp_path, model_file, monkeypatch):
+    """A client that keeps streaming after its 413 is cut off once LINGER_MAX_BYTES are
+    discarded (here 4 MiB, set for the server process)."""
+    monkeypatch.setenv("CKPTSYNC_LINGER_MAX_BYTES", str(4 << 20))
+    proc, port = start_server(tmp_path, model_file, "--max-request-bytes", "1000000")
+    try:
+        with connect(port) as s:
+            s.sendall(b"POST /v1/models/mlp:predict HTTP/1.1\r\nhost: x\r\n"
+                      b"content-length: 100000000000\r\n\r\n")
+            assert s.recv(65536).startswith(b"HTTP/1.1 413")
+            sent, cut = 0, False
+            try:
+                while sent < 200 << 20:
+                    s.sendall(b"0" * (1 << 16))
+                    sent += 1 << 16
+            except (BrokenPipeError, ConnectionResetError):
+                cut = True
+        assert cut and sent < 64 << 20, sent
+    finally:
+        stop(proc)

@@ -9,6 +9,10 @@ protocol class ``infer serve`` gives to ``uvicorn.Config(http=...)``:
 - **Idle timeout.** A connection waiting for a request's headers (just opened, between
   keep-alive requests, or sending its headers slowly) is closed ``idle_timeout_s`` after
   it began waiting; a request whose headers are in is never cut by it.
+- **Lingering after an early answer.** A request answered before its body is in (a 413
+  for a body over the cap) keeps being read and discarded, so a client that sends its
+  whole body before reading gets the answer instead of a broken pipe, as nginx's
+  lingering close; past ``LINGER_MAX_BYTES`` discarded the connection is closed.
 - **Connection cap.** When a new connection makes more than ``max_connections`` open, the
   connection that has waited longest for a request is closed to make room, so idle
   connections can never exhaust the file descriptors. When every open connection is busy
@@ -32,13 +36,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import logging
 import resource
 from typing import Any
 
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
-__all__ = ["ConnectionLimits", "fit_to_fd_limit", "limited_protocol"]
+__all__ = ["LINGER_MAX_BYTES", "ConnectionLimits", "fit_to_fd_limit", "limited_protocol"]
 
 logger = logging.getLogger("ckptsync.serving.connections")
 
@@ -46,6 +51,9 @@ logger = logging.getLogger("ckptsync.serving.connections")
 _HEALTH_PATHS = ("/healthz", "/readyz")
 # File descriptors kept for the process's own files (checkpoints, logs, helper sockets).
 FD_HEADROOM = 64
+# Bytes of an answered request's body read and discarded before its connection is closed
+# (CKPTSYNC_LINGER_MAX_BYTES overrides it, for tests).
+LINGER_MAX_BYTES = int(os.environ.get("CKPTSYNC_LINGER_MAX_BYTES", 256 * 2**20))
 
 
 class ConnectionLimits:
@@ -150,6 +158,13 @@ def limited_protocol(idle_timeout_s: float | None,
             super().data_received(data)
             if self._busy():  # a request's headers are in
                 self._request_started()
+            else:
+                cycle = self.cycle
+                if cycle is not None and cycle.response_complete and cycle.more_body:
+                    # uvicorn discards the rest of an answered body; bound it.
+                    self._lingered = getattr(self, "_lingered", 0) + len(data)
+                    if self._lingered > LINGER_MAX_BYTES and not self.transport.is_closing():
+                        self.transport.close()
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
