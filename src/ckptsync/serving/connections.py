@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import logging
+import os
 import resource
 from typing import Any
 
