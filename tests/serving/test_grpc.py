@@ -159,6 +159,13 @@ def test_errors_carry_tf_servings_status_codes(start):
     bad_filter.output_filter.append("nope")
     cases.append((bad_filter, grpc.StatusCode.INVALID_ARGUMENT,
                   "output tensor alias not found in signature: nope"))
+    huge = predict_request()  # a few bytes asking for 2**40 rows: refused before decoding
+    huge.inputs["x"].Clear()
+    huge.inputs["x"].dtype = pb.DATA_TYPES["DT_FLOAT"]
+    huge.inputs["x"].tensor_shape.dim.add(size=2**40)
+    huge.inputs["x"].tensor_shape.dim.add(size=4)
+    huge.inputs["x"].float_val.append(1.0)
+    cases.append((huge, grpc.StatusCode.RESOURCE_EXHAUSTED, "more than the server's limit"))
     broken = predict_request()
     broken.inputs["x"].tensor_content = b"\0" * 7
     cases.append((broken, grpc.StatusCode.INVALID_ARGUMENT, "tensor_content holds 7 bytes"))

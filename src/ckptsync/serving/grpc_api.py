@@ -181,7 +181,8 @@ class TfServingGrpc:
             raise _Abort(grpc.StatusCode.INVALID_ARGUMENT,
                          f"output tensor alias not found in signature: {unknown[0]} Outputs "
                          f"expected to be in the set {{{','.join(signature.outputs)}}}.")
-        arrays = {k: make_ndarray(v, f"input '{k}'") for k, v in request.inputs.items()}
+        cap = self.options.max_request_bytes
+        arrays = {k: make_ndarray(v, f"input '{k}'", cap) for k, v in request.inputs.items()}
         inputs = validate_inputs(signature, arrays)
         limit = self.options.max_batch_size
         for key, arr in inputs.items():

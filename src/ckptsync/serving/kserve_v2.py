@@ -28,6 +28,7 @@ Thread-safety: pure functions and handlers with no per-request state.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -140,14 +141,14 @@ def _input(i: int, tensor: Any, signature: Signature, binary: memoryview,
         raise _bad(f"unexpected inference input '{name}' (the model's inputs are "
                    f"{sorted(signature.inputs)})")
     if not isinstance(shape, list) or not all(
-            type(d) is int and d >= 0 for d in shape):
+            type(d) is int and 0 <= d < 2**62 for d in shape):
         raise _bad(f'{where}: "shape" must be a list of non-negative integers, got '
                    f"{short(shape)}")
     want = datatype_of(spec.dtype)
     if datatype != want:
         raise _bad(f"{where}: datatype is {short(datatype)}, the model expects '{want}'")
     dtype = DATATYPES[want]
-    n = int(np.prod(shape, dtype=np.int64))
+    n = math.prod(shape)  # Python ints: no overflow
     params = tensor.get("parameters") or {}
     if not isinstance(params, dict):
         raise _bad(f'{where}: "parameters" must be an object')

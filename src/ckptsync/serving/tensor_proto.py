@@ -16,11 +16,12 @@ Thread-safety: pure functions.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
-from ckptsync.errors import InvalidArgumentError
+from ckptsync.errors import InvalidArgumentError, ResourceExhaustedError
 
 from . import tfs_protos as pb
 
@@ -70,12 +71,15 @@ def tf_dtype(dtype: np.dtype) -> int:
     return t
 
 
-def make_ndarray(proto: Any, name: str = "tensor") -> np.ndarray:
+def make_ndarray(proto: Any, name: str = "tensor", max_bytes: int | None = None) -> np.ndarray:
     """The array ``proto`` (a ``TensorProto``) holds, as ``Tensor::FromProto`` reads it.
 
     Args:
         proto: a :class:`~.tfs_protos.TensorProto`.
         name: what to call it in errors (the input's name).
+        max_bytes: most bytes the decoded array may hold (None: no bound): the typed
+            fields fill a shape from one value, so a few bytes on the wire can ask for
+            any size.
 
     Returns:
         An array of the proto's shape and dtype (read-only when it came from
@@ -85,6 +89,7 @@ def make_ndarray(proto: Any, name: str = "tensor") -> np.ndarray:
         InvalidArgumentError: an unknown rank, a negative dimension, an unsupported dtype,
             or ``tensor_content`` whose length is not the shape's bytes; the message
             names ``name``.
+        ResourceExhaustedError: the shape holds more than ``max_bytes``.
     """
     shape_proto = proto.tensor_shape
     if shape_proto.unknown_rank:
@@ -96,7 +101,12 @@ def make_ndarray(proto: Any, name: str = "tensor") -> np.ndarray:
         dtype = numpy_dtype(proto.dtype)
     except InvalidArgumentError as e:
         raise InvalidArgumentError(None, None, f"{name}: {e.message}") from None
-    n = int(np.prod(shape, dtype=np.int64))
+    n = math.prod(shape)  # Python ints: no overflow
+    if max_bytes is not None and n * max(dtype.itemsize, 1) > max_bytes:
+        raise ResourceExhaustedError(
+            None, None, f"{name}: shape {list(shape)} of {_NAMES[proto.dtype]} is "
+            f"{n * dtype.itemsize} bytes, more than the server's limit of {max_bytes} bytes "
+            "(--max-request-bytes)")
     content = proto.tensor_content
     if content and dtype.kind != "O":
         if len(content) != n * dtype.itemsize:
