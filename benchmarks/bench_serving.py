@@ -28,6 +28,9 @@ What runs (digits MLP 64->128->128->10, ``examples/digits_mlp.py``, batch 1):
     python benchmarks/bench_serving.py --v2 [--batch 1,64] [--connections-list 1,16,64]
         (the Open Inference Protocol's /v2/models/digits/infer, JSON and binary tensors,
         against TF Serving's :predict on the same server)
+    python benchmarks/bench_serving.py --batching [--connections 64]
+        (the digits CNN, batch-1 clients over REST and gRPC: --enable-batching against
+        batching off, and p99 against batch_timeout + 2x one forward of a full batch)
     python benchmarks/bench_serving.py --grpc [--batch 1,64] [--connections-list 1,16,64]
         (gRPC Predict throughput: infer serve --grpc-port against a bare grpcio server
         doing the same forward with the same messages, benchmarks/_grpc_load.py)
@@ -460,6 +463,126 @@ def batch_main(args: argparse.Namespace) -> None:
           f"{args.batch} = {worst:.2f}x (target >= 0.9x)")
 
 
+CNN_MODEL_FILE = os.path.join(ROOT, "examples", "digits_cnn.py")
+
+
+def batching_main(args: argparse.Namespace) -> None:
+    """The digits CNN served with and without --enable-batching (max_batch_size 64),
+    ``--connections`` batch-1 clients over REST and over gRPC, alternating rounds."""
+    from ckptsync import checkpoint as ckpt
+    from ckptsync.serving.servable import GraphServable
+
+    servable = GraphServable.from_model_file(CNN_MODEL_FILE)
+    rng = np.random.default_rng(0)
+    params = {k: (rng.standard_normal([d or 1 for d in v.shape]) * 0.1).astype(v.dtype)
+              for k, v in servable.variable_specs.items()}
+    x1 = rng.random((1, 64)).astype(np.float32)
+    full = np.repeat(x1, 64, axis=0)
+    servable.run(params, {"x": full})
+    forward_s = min(timeit_once(lambda: servable.run(params, {"x": full})) for _ in range(50))
+    work = tempfile.mkdtemp(prefix="bench-batching-")
+    procs: list[subprocess.Popen] = []
+    rows = []
+    try:
+        ckpts = os.path.join(work, "ckpts")
+        os.makedirs(ckpts)
+        prefix = os.path.join(ckpts, "model.ckpt-1")
+        ckpt.write_checkpoint(prefix, params, global_step=1)
+        ckpt.update_checkpoint_state(ckpts, prefix, [prefix])
+        params_file = os.path.join(work, "batching.txt")
+        with open(params_file, "w") as f:
+            f.write(f"max_batch_size {{ value: 64 }}\nbatch_timeout_micros {{ value: "
+                    f"{args.batch_timeout_micros} }}\nmax_enqueued_batches {{ value: 100 }}\n"
+                    "num_batch_threads { value: 1 }\n")
+        servers = {}
+        for label, extra in (("off", []), ("on", ["--enable-batching",
+                                                  "--batching-parameters-file", params_file])):
+            grpc_port = _grpc_load.free_port()
+            proc, port = start(
+                [sys.executable, "-m", "ckptsync.cli.infer", "serve", "--model", CNN_MODEL_FILE,
+                 "--checkpoint-dir", ckpts, "--port", "0", "--grpc-port", str(grpc_port),
+                 "--log-level", "warning", "--model-name", "digits", *extra,
+                 "--port-file", os.path.join(work, f"{label}.port")],
+                os.path.join(work, f"{label}.port"))
+            procs.append(proc)
+            servers[label] = (port, grpc_port)
+        rest_req = request_bytes("/v1/models/digits:predict",
+                                 json.dumps({"instances": x1.round(4).tolist()}).encode())
+        grpc_req = _grpc_load.predict_request_bytes(x1)
+        for label in servers:
+            probe = Probe(servers[label][0], rest_req)
+            wait_version(probe, 1)
+            probe.close()
+        c = args.connections
+        before = batch_latency_buckets(servers["on"][0])
+        for proto in ("REST", "gRPC"):
+            res: dict[str, list[dict]] = {"off": [], "on": []}
+            for _ in range(args.repeats):
+                for label, (port, grpc_port) in servers.items():
+                    res[label].append(run_load(port, rest_req, c, args.duration_s)
+                                      if proto == "REST" else
+                                      run_grpc_load(grpc_port, grpc_req, c, args.duration_s))
+            ratios = [a["rps"] / b["rps"] for a, b in zip(res["on"], res["off"])]
+            rows.append((proto, statistics.median(r["rps"] for r in res["off"]),
+                         statistics.median(r["rps"] for r in res["on"]), summary(ratios),
+                         statistics.median(r["p99_ms"] for r in res["on"]),
+                         statistics.median(r["p99_ms"] for r in res["off"]),
+                         sum(n for rr in res["on"] + res["off"]
+                             for code, n in rr["codes"].items() if code not in ("200", "OK")),
+                         bucket_p99_ms(before, after := batch_latency_buckets(servers["on"][0]))))
+            before = after
+    finally:
+        for p in procs:
+            stop(p)
+        shutil.rmtree(work, ignore_errors=True)
+    bound_ms = args.batch_timeout_micros / 1e3 + 2 * forward_s * 1e3
+    print(f"digits CNN, {args.connections} batch-1 clients, --enable-batching (max_batch_size "
+          f"64, batch_timeout_micros {args.batch_timeout_micros}, 1 batch thread) against "
+          f"off, {args.repeats} x {args.duration_s:g} s alternating; {os.cpu_count()} CPUs; "
+          f"one forward of 64 rows {forward_s * 1e3:.2f} ms")
+    print("| protocol | off req/s | on req/s | on / off | client p99 ms on (off) "
+          "| p99 in the scheduler ms (histogram bucket) | bound ms | errors |")
+    for proto, off, on, (med, lo, hi), p99, p99_off, errs, sched in rows:
+        print(f"| {proto} | {off:.0f} | {on:.0f} | {med:.2f}x ({lo:.2f}-{hi:.2f}) "
+              f"| {p99:.2f} ({p99_off:.2f}) | <= {sched:g} | {bound_ms:.2f} | {errs} |")
+    worst = min(r[3][0] for r in rows)
+    print(f"headline: batching on / off throughput = {worst:.2f}x (target >= 3x); p99 in "
+          f"the scheduler <= {max(r[7] for r in rows):g} ms against batch_timeout + 2 "
+          f"forwards {bound_ms:.2f} ms")
+
+
+def batch_latency_buckets(port: int) -> dict[float, float]:
+    """``ckptsync_batch_latency_seconds``'s cumulative buckets from /metrics."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    out = {}
+    for line in data.decode().splitlines():
+        if line.startswith("ckptsync_batch_latency_seconds_bucket"):
+            le = line.split('le="')[1].split('"')[0]
+            out[float(le)] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def bucket_p99_ms(before: dict[float, float], after: dict[float, float]) -> float:
+    """The upper bound, in ms, of the bucket holding the 99th percentile of what was
+    observed between two readings."""
+    counts = {le: after[le] - before.get(le, 0.0) for le in sorted(after)}
+    total = counts[max(counts)]
+    for le, n in counts.items():
+        if total and n >= 0.99 * total:
+            return le * 1e3
+    return float("inf")
+
+
+def timeit_once(fn: Any) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
 def v2_main(args: argparse.Namespace) -> None:
     """/v2/models/digits/infer (JSON tensors; binary tensors) / :predict, same server."""
     batches = [int(b) for b in (args.batch or "1").split(",")]
@@ -613,7 +736,13 @@ def main() -> None:
     ap.add_argument("--v2", action="store_true",
                     help="the Open Inference Protocol's infer route against TF Serving's "
                     ":predict on the same server (with --batch, default 1)")
+    ap.add_argument("--batching", action="store_true",
+                    help="the digits CNN with --enable-batching against batching off")
+    ap.add_argument("--batch-timeout-micros", type=int, default=2000)
     args = ap.parse_args()
+    if args.batching:
+        batching_main(args)
+        return
     if args.v2:
         v2_main(args)
         return

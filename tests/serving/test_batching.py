@@ -10,6 +10,7 @@ import threading
 
 import numpy as np
 import pytest
+from prometheus_client import CollectorRegistry
 
 from ckptsync import errors
 from ckptsync.serving import ModelManager
@@ -61,14 +62,17 @@ def run_all(scheduler: BatchScheduler, xs: list[np.ndarray], version=None):
 
 
 def test_concurrent_requests_run_as_one_forward_and_get_exactly_their_rows(manager):
+    registry = CollectorRegistry()
     scheduler = BatchScheduler(manager, BatchingOptions(
-        max_batch_size=12, batch_timeout_micros=10_000_000, num_batch_threads=1))
+        max_batch_size=12, batch_timeout_micros=10_000_000, num_batch_threads=1), registry)
     try:
         xs = [rows(n, i) for i, n in enumerate([1, 3, 2, 1, 4, 1])]  # 12 rows: one batch
         results = run_all(scheduler, xs)
     finally:
         scheduler.close()
     assert manager.servable.rows == [12] and scheduler.batches_run == 1
+    assert registry.get_sample_value("ckptsync_batch_size_sum") == 12
+    assert registry.get_sample_value("ckptsync_batch_latency_seconds_count") == 6
     # Exactly the rows of the one forward over all twelve (a forward of 12 rows may round
     # differently from twelve of 1: BLAS picks its kernel by size, as under TF Serving).
     whole = MLPServable(two_outputs=True).run(mlp_params(3), {"x": np.concatenate(xs)})

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 from google.protobuf import text_format
+from prometheus_client import CollectorRegistry, Histogram
 
 from ckptsync import errors
 
@@ -127,6 +128,7 @@ class _Task:
     inputs: Mapping[str, np.ndarray]
     rows: int
     future: asyncio.Future[tuple[dict[str, np.ndarray], int]]
+    enqueued_s: float = field(default_factory=time.perf_counter)
 
 
 @dataclass
@@ -143,12 +145,25 @@ class BatchScheduler:
     Args:
         manager: the model manager.
         options: the batching parameters.
+        registry: a Prometheus registry for ``ckptsync_batch_size`` (rows per batch run)
+            and ``ckptsync_batch_latency_seconds`` (a request's time in the scheduler:
+            waiting for its batch, then the batch's forward); None: a registry of its own.
 
     Call :meth:`close` when done (it stops the batch threads).
     """
 
-    def __init__(self, manager: ModelManager, options: BatchingOptions):
+    def __init__(self, manager: ModelManager, options: BatchingOptions,
+                 registry: CollectorRegistry | None = None):
         self.manager, self.options = manager, options
+        registry = registry if registry is not None else CollectorRegistry()
+        self._sizes = Histogram("ckptsync_batch_size", "Rows per batch run",
+                                buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
+                                registry=registry)
+        self._latency = Histogram(
+            "ckptsync_batch_latency_seconds",
+            "A request's time in the batch scheduler (its wait, then its batch's forward)",
+            buckets=(0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.025, 0.05,
+                     0.1, 0.25, 1.0), registry=registry)
         self._pool = ThreadPoolExecutor(options.num_batch_threads,
                                         thread_name_prefix="ckptsync-batch")
         self._open: dict[tuple[str, int | None], _Batch] = {}
@@ -227,6 +242,10 @@ class BatchScheduler:
     def _finished(self, job: asyncio.Future[list[Any]], batch: _Batch) -> None:
         self._busy -= 1
         self.batches_run += 1
+        self._sizes.observe(batch.rows)
+        now = time.perf_counter()
+        for task in batch.tasks:
+            self._latency.observe(now - task.enqueued_s)
         error = job.exception()
         results = None if error is not None else job.result()
         for i, task in enumerate(batch.tasks):
