@@ -3,6 +3,7 @@
     infer serve --model model.py --checkpoint-dir ckpts [--port 8501] [--port-file F]
                 [--poll] [--pin-version N] [--gate gates.py:accuracy] [--admin-token T]
                 [--free-before-load] [--load-timeout-s S] [--max-load-attempts N]
+    infer serve --model-config-file models.config [--model-config-file-poll-wait-s S] ...
 
 Exit codes: 0 after a clean shutdown (SIGTERM/SIGINT drain in-flight requests first),
 1 for runtime failures (``build_net`` raises, port in use), 2 for usage errors (a model
@@ -34,6 +35,8 @@ from ._common import (
     limit_blas_threads,
     option,
 )
+from ._serve_flags import batching_options, is_loopback, model_config_entries, tls_files
+from ._serve_models import model_server
 
 __all__ = ["main"]
 
@@ -50,11 +53,19 @@ def main() -> None:
 
 
 @main.command()
-@option("--model", "model_file", required=True, type=click.Path(dir_okay=False),
+@option("--model", "model_file", default=None, type=click.Path(dir_okay=False),
         help="Model file defining build_net(graph, device, mode), or TF1's model_fn with a "
-        "serving_input_receiver_fn.")
-@option("--checkpoint-dir", required=True, type=click.Path(file_okay=False),
-        help="Directory the trainer saves into (may not exist yet).")
+        "serving_input_receiver_fn.  [required unless --model-config-file]")
+@option("--checkpoint-dir", default=None, type=click.Path(file_okay=False),
+        help="Directory the trainer saves into (may not exist yet).  [required unless "
+        "--model-config-file]")
+@option("--model-config-file", type=click.Path(dir_okay=False), default=None,
+        help="Serve the models of this TF Serving model_config_list text file (name, "
+        "base_path, model_file, model_version_policy, version_labels) instead of "
+        "--model/--checkpoint-dir; applied again, all or nothing, when it changes.")
+@option("--model-config-file-poll-wait-s", type=Real(min=0), default=1.0, show_default=True,
+        help="How often to look for changes of --model-config-file, seconds; 0: never (TF "
+        "Serving's --model_config_file_poll_wait_seconds).")
 @option(
     "--device", default="cpu:0", show_default=True, help="Device for the graph.")
 @option(
@@ -164,8 +175,10 @@ def main() -> None:
     "--intra-op-threads", default=1, show_default=True, type=Int(min=1),
               help="BLAS threads for numpy.")
 def serve(
-    model_file: str,
-    checkpoint_dir: str,
+    model_file: str | None,
+    checkpoint_dir: str | None,
+    model_config_file: str | None,
+    model_config_file_poll_wait_s: float,
     device: str,
     host: str,
     port: int,
@@ -195,15 +208,24 @@ def serve(
     log_level: str,
     intra_op_threads: int,
 ) -> None:
-    """Serve --model with the parameters of the newest checkpoint in --checkpoint-dir."""
+    """Serve --model with the parameters of the newest checkpoint in --checkpoint-dir (or
+    the models of --model-config-file)."""
     limit_blas_threads(intra_op_threads)
-    if not os.path.isfile(model_file):
+    entries = None
+    if model_config_file is not None:
+        entries = model_config_entries(model_config_file, {
+            "--model": model_file, "--checkpoint-dir": checkpoint_dir,
+            "--model-name": model_name, "--pin-version": pinned_version, "--version": version})
+    elif model_file is None or checkpoint_dir is None:
+        raise click.UsageError(f"Missing option '{'--model' if model_file is None else '--checkpoint-dir'}'"
+                               " (or serve a --model-config-file)")
+    elif not os.path.isfile(model_file):
         raise click.BadParameter(f"{model_file} is not a file", param_hint="'--model'")
     if port_file is not None and not os.path.isdir(os.path.dirname(os.path.abspath(port_file))):
         raise click.BadParameter(
             f"the directory of {port_file} does not exist", param_hint="'--port-file'"
         )
-    if os.path.exists(checkpoint_dir) and not os.path.isdir(checkpoint_dir):
+    if checkpoint_dir and os.path.exists(checkpoint_dir) and not os.path.isdir(checkpoint_dir):
         raise click.BadParameter(
             f"{checkpoint_dir} exists and is not a directory", param_hint="'--checkpoint-dir'"
         )
@@ -214,8 +236,8 @@ def serve(
         pinned_version = version
     if admin_token is not None and not admin_token.strip():
         raise click.BadParameter("must not be empty", param_hint="'--admin-token'")
-    batching = _batching_options(enable_batching, batching_parameters_file)
-    tls = _tls_files(ssl_certfile, ssl_keyfile)
+    batching = batching_options(enable_batching, batching_parameters_file)
+    tls = tls_files(ssl_certfile, ssl_keyfile)
     # Imported here so `infer --help` stays fast.
     from ckptsync.serving import (
         GraphServable,
@@ -254,7 +276,7 @@ def serve(
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    if admin_token is not None and tls is None and not _is_loopback(host):
+    if admin_token is not None and tls is None and not is_loopback(host):
         logger.warning("--admin-token is sent in the clear: --host %s is not a loopback "
                        "address and TLS is off (--ssl-certfile/--ssl-keyfile)", host)
     # The event loop answers requests while the loader and metrics threads run Python
@@ -272,24 +294,58 @@ def serve(
         limited_protocol,
     )
 
-    try:
-        servable = GraphServable.from_model_file(model_file, device)
-    except ModelFileError as e:  # the user's file: a usage error, as for `trainer run`
-        fail(f"cannot build the model from {model_file}: {e}", EXIT_USAGE)
-    except Exception as e:
-        _fail(f"cannot build the model from {model_file}: {e}")
+    credentials = None
+    if tls is not None and grpc_port:
+        import grpc as grpcio  # here so `infer --help` stays fast
+
+        credentials = grpcio.ssl_server_credentials([tls])
+    closers: list[Any] = []  # run after the server stops
+    if entries is None:
+        assert model_file is not None and checkpoint_dir is not None
+        try:
+            servable = GraphServable.from_model_file(model_file, device)
+        except ModelFileError as e:  # the user's file: a usage error, as for `trainer run`
+            fail(f"cannot build the model from {model_file}: {e}", EXIT_USAGE)
+        except Exception as e:
+            _fail(f"cannot build the model from {model_file}: {e}")
+        manager = ModelManager(
+            servable,
+            checkpoint_dir,
+            "latest" if pinned_version is None else pinned_version,
+            options=manager_options,
+        )
+        name = model_name or os.path.splitext(os.path.basename(model_file))[0]
+        what = f"model {name!r}"
+        app: Any = create_app(manager, name, options=http_options, own_manager=True,
+                              batching=batching)
+
+        async def start_grpc() -> tuple[Any, Any]:
+            from ckptsync.serving.grpc_api import start_grpc_server  # here for a fast --help
+
+            grpc_server, _, task = await start_grpc_server(
+                manager, name, http_options, host, grpc_port, registry=app.state.registry,
+                batcher=app.state.batcher, credentials=credentials)
+            return grpc_server, task
+
+        if summary_dir is not None:
+            from ckptsync.serving.summaries import ServingSummaries  # here for a fast --help
+
+            try:
+                closers.append(ServingSummaries(manager, summary_dir,
+                                                app.state.registry).start().close)
+            except (ImportError, OSError) as e:  # no tensorboard package; an unwritable dir
+                _fail(f"cannot write summaries to --summary-dir {summary_dir}: {e}")
+    else:
+        assert model_config_file is not None
+        app, what, start_grpc = model_server(
+            entries, model_config_file, model_config_file_poll_wait_s, device,
+            manager_options, http_options, batching, grpc_port != 0, summary_dir,
+            admin_token, host, grpc_port, credentials)
     try:
         sock = _bind(host, port)
     except OSError as e:
+        _shutdown(app, closers)
         _fail(f"cannot listen on {host}:{port}: {e.strerror or e}")
-    manager = ModelManager(
-        servable,
-        checkpoint_dir,
-        "latest" if pinned_version is None else pinned_version,
-        options=manager_options,
-    )
-    name = model_name or os.path.splitext(os.path.basename(model_file))[0]
-    app = create_app(manager, name, options=http_options, own_manager=True, batching=batching)
     config = uvicorn.Config(
         app,
         ssl_certfile=None if tls is None else ssl_certfile,
@@ -309,53 +365,46 @@ def serve(
     # installed that ends in a normal exit 0 instead of death by signal.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)
-    summaries = None
-    if summary_dir is not None:
-        from ckptsync.serving.summaries import ServingSummaries  # here for a fast --help
-
-        try:
-            summaries = ServingSummaries(manager, summary_dir, app.state.registry).start()
-        except (ImportError, OSError) as e:  # no tensorboard package; an unwritable dir
-            sock.close()
-            _fail(f"cannot write summaries to --summary-dir {summary_dir}: {e}")
     try:
-        asyncio.run(_serve(server, sock, port_file, bound_port, host, name,
-                           grpc=None if grpc_port == 0 else (grpc_port, manager, http_options,
-                                                             app.state.registry,
-                                                             drain_timeout_s,
-                                                             app.state.batcher, tls)))
+        asyncio.run(_serve(server, sock, port_file, bound_port, host, what,
+                           grpc=None if grpc_port == 0 else (grpc_port, float(drain_timeout_s),
+                                                             start_grpc)))
     finally:
         sock.close()
-        if summaries is not None:
-            summaries.close()
+        for close in closers:
+            close()
+        if not server.started:
+            _shutdown(app, [])
     if not server.started:
         _fail("the server failed to start (see the log above)")
 
 
+def _shutdown(app: Any, closers: list[Any]) -> None:
+    """Closes what a server that never started holds: its models (a many-model app)."""
+    server = getattr(app, "server", None)
+    if server is not None:
+        server.close()
+    for close in closers:
+        close()
+
+
 async def _serve(
-    server: Any, sock: socket.socket, port_file: str | None, port: int, host: str, name: str,
-    grpc: tuple[int, Any, Any, Any, float, Any, tuple[bytes, bytes] | None] | None = None,
+    server: Any, sock: socket.socket, port_file: str | None, port: int, host: str, what: str,
+    grpc: tuple[int, float, Any] | None = None,
 ) -> None:
-    """uvicorn's ``server`` on ``sock`` and, when ``grpc`` is (port, manager, options,
-    registry, drain timeout, batcher, TLS (key, certificate) or None), TF Serving's gRPC
-    API on the same event loop; both stop on the same signal."""
+    """uvicorn's ``server`` on ``sock`` and, when ``grpc`` is (port, drain timeout,
+    coroutine function starting the gRPC server -> (server, health task)), TF Serving's
+    gRPC API on the same event loop; both stop on the same signal."""
     grpc_server = health_task = None
     drain_s = 0.0
     if grpc is not None:
-        from ckptsync.serving.grpc_api import start_grpc_server  # here for a fast --help
-
-        grpc_port, manager, options, registry, drain_s, batcher, tls = grpc
-        import grpc as grpcio  # here so `infer --help` stays fast
-
-        credentials = None if tls is None else grpcio.ssl_server_credentials([tls])
+        grpc_port, drain_s, start_grpc = grpc
         try:
-            grpc_server, _, health_task = await start_grpc_server(
-                manager, name, options, host, grpc_port, registry=registry, batcher=batcher,
-                credentials=credentials)
+            grpc_server, health_task = await start_grpc()
         except OSError as e:
             sock.close()
             _fail(f"{e} (--grpc-port {grpc_port}; 0 turns gRPC off)")
-        logger.info("serving model %r over gRPC on %s:%d", name, host, grpc_port)
+        logger.info("serving %s over gRPC on %s:%d", what, host, grpc_port)
 
     async def announce() -> None:
         while not server.started and not server.should_exit:
@@ -368,7 +417,7 @@ async def _serve(
                     logger.error("cannot write --port-file %s: %s; shutting down", port_file, e)
                     server.should_exit = True
                     return
-            logger.info("serving model %r on http://%s:%d", name, host, port)
+            logger.info("serving %s on http://%s:%d", what, host, port)
 
     async def stop_grpc_with_http() -> None:
         # uvicorn drains its connections and then closes the manager (lifespan): gRPC
@@ -387,62 +436,6 @@ async def _serve(
         server.should_exit = True
         await tasks[1]
         tasks[0].cancel()
-
-
-def _tls_files(certfile: str | None, keyfile: str | None) -> tuple[bytes, bytes] | None:
-    """(key, certificate chain) read from the TLS flags, or None when TLS is off."""
-    if (certfile is None) != (keyfile is None):
-        raise click.UsageError("--ssl-certfile and --ssl-keyfile go together (TLS needs "
-                               "both the certificate and its key)")
-    if certfile is None or keyfile is None:
-        return None
-    pems = []
-    for path, flag, marker in ((keyfile, "--ssl-keyfile", b"PRIVATE KEY-----"),
-                               (certfile, "--ssl-certfile", b"BEGIN CERTIFICATE-----")):
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except OSError as e:
-            raise click.BadParameter(f"cannot read {path}: {e.strerror or e}",
-                                     param_hint=f"'{flag}'") from None
-        if marker not in data:
-            raise click.BadParameter(f"{path} is not a PEM file holding a "
-                                     f"{'private key' if flag == '--ssl-keyfile' else 'certificate'}",
-                                     param_hint=f"'{flag}'")
-        pems.append(data)
-    return pems[0], pems[1]
-
-
-def _is_loopback(host: str) -> bool:
-    import ipaddress  # here: only with --admin-token
-
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
-
-
-def _batching_options(enabled: bool, path: str | None) -> Any:
-    """The BatchingOptions of --enable-batching (and its file), or None when off."""
-    if path is not None and not enabled:
-        raise click.UsageError("--batching-parameters-file takes effect only with "
-                               "--enable-batching")
-    if not enabled:
-        return None
-    from ckptsync.errors import InvalidArgumentError  # here so `infer --help` stays fast
-    from ckptsync.serving.batching import BatchingOptions  # the same
-
-    if path is None:
-        return BatchingOptions()
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-        return BatchingOptions.from_text(text, path)
-    except (OSError, UnicodeDecodeError) as e:
-        raise click.BadParameter(f"cannot read {path}: {e}",
-                                 param_hint="'--batching-parameters-file'") from None
-    except InvalidArgumentError as e:
-        raise click.BadParameter(e.message, param_hint="'--batching-parameters-file'") from None
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -1,7 +1,7 @@
 """A real `infer serve` process while a writer publishes 200 checkpoints under load over
 REST (TF Serving's and the Open Inference Protocol's) and gRPC at once: every answer is 200 (OK), carries a published version and exactly
 that version's outputs; readiness never drops once ready. Both watching modes (inotify
-events, --poll), and with --enable-batching."""
+events, --poll), with --enable-batching, and as one model of a --model-config-file."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from ckptsync.serving import tfs_protos as pb
 from ckptsync.serving.tensor_proto import make_ndarray, make_tensor_proto
 
 from .conftest import MLPServable, mlp_params
+from .conftest import publish as publish_to
 from .test_cli import infer, wait_for_port
 from .test_grpc import free_port
 
@@ -26,21 +27,35 @@ X = np.random.default_rng(3).standard_normal((2, 4)).astype(np.float32)
 PUBLISHES = 200
 
 
+def served_version(readyz: dict) -> int | None:
+    """The version of model mlp in a /readyz answer (one model, or many)."""
+    return readyz["models"]["mlp"]["model_version"] if "models" in readyz \
+        else readyz.get("model_version")
+
+
 def expected(step: int) -> dict[str, np.ndarray]:
     return MLPServable(two_outputs=True).run(mlp_params(step), {"x": X})
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["events", "poll", "batching"])
+@pytest.mark.parametrize("mode", ["events", "poll", "batching", "model-config"])
 def test_publish_200_checkpoints_under_load(tmp_path, model_file, mode):
     ckpts, port_file = tmp_path / "ckpts", tmp_path / "port"
     ckpts.mkdir()
     args = ["--rescan-interval-s", "0.05"] + (["--poll"] if mode == "poll" else []) + (
         ["--enable-batching"] if mode == "batching" else [])
     grpc_port = free_port()
+    served = ["--model", str(model_file), "--checkpoint-dir", str(ckpts)]
+    if mode == "model-config":  # the same model beside another, from a model config file
+        config = tmp_path / "models.config"
+        config.write_text(
+            f'model_config_list {{ config {{ name: "mlp" base_path: "{ckpts}" '
+            f'model_file: "{model_file}" }} config {{ name: "other" base_path: '
+            f'"{tmp_path / "other"}" model_file: "{model_file}" }} }}')
+        served = ["--model-config-file", str(config)]
+        publish_to(tmp_path / "other", 1)  # so /readyz (every model) can be 200
     proc = subprocess.Popen(
-        infer("serve", "--grpc-port", str(grpc_port), "--model", str(model_file),
-              "--checkpoint-dir", str(ckpts), "--port", "0",
+        infer("serve", "--grpc-port", str(grpc_port), *served, "--port", "0",
               "--port-file", str(port_file), "--log-level", "warning", *args),
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
@@ -124,7 +139,7 @@ def test_publish_200_checkpoints_under_load(tmp_path, model_file, mode):
                 time.sleep(0.002)
             with httpx.Client(base_url=base, timeout=10.0) as client:
                 deadline = time.monotonic() + 30
-                while client.get("/readyz").json().get("model_version") != PUBLISHES:
+                while served_version(client.get("/readyz").json()) != PUBLISHES:
                     assert time.monotonic() < deadline, "never served the last checkpoint"
                     time.sleep(0.01)
             time.sleep(0.05)

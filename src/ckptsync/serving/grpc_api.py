@@ -9,8 +9,9 @@ and the model's name once a version is served). What TF Serving does, this does:
 
 - ``model_spec.name`` must be the model's name, else ``NOT_FOUND`` ("Servable not found
   for request: Latest(name)"); ``model_spec.version`` picks a version (``NOT_FOUND``
-  unless it is the one served); ``version_label`` is ``INVALID_ARGUMENT`` (no labels are
-  configured); ``signature_name`` "" means ``serving_default``, an unknown one is
+  unless it is the one served); ``version_label`` picks the version a many-model
+  server's ``version_labels`` name (:attr:`TfServingGrpc.resolve_label`), else it is
+  ``INVALID_ARGUMENT`` (no labels configured); ``signature_name`` "" means ``serving_default``, an unknown one is
   ``FAILED_PRECONDITION``.
 - The answer's ``model_spec`` names the model, the version that answered and the
   signature; its outputs are in the typed fields (``float_val``...), as TF Serving's.
@@ -49,7 +50,7 @@ from .options import HttpOptions
 from .servable import DEFAULT_SIGNATURE, Signature, validate_inputs
 from .tensor_proto import fill_tensor_proto, make_ndarray, tf_dtype
 
-__all__ = ["TfServingGrpc", "start_grpc_server"]
+__all__ = ["TfServingGrpc", "serve_grpc", "start_grpc_server", "track_health"]
 
 logger = logging.getLogger("ckptsync.serving.grpc")
 
@@ -97,6 +98,9 @@ class TfServingGrpc:
         # The servable's signatures are fixed for its life: built once, not per call.
         self._signatures = dict(manager.servable.signatures)
         self._counted: dict[tuple[str, str], Any] = {}  # labels() children, cached
+        #: label -> version (a many-model server's version_labels); None: no labels, a
+        #: label is INVALID_ARGUMENT.
+        self.resolve_label: Callable[[str], int] | None = None
 
     def _count(self, method: str, code: str) -> None:
         child = self._counted.get((method, code))
@@ -160,8 +164,10 @@ class TfServingGrpc:
                      else f"Latest({spec.name})")
             raise _Abort(grpc.StatusCode.NOT_FOUND, f"Servable not found for request: {asked}")
         if which == "version_label":
-            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT,
-                         f"Unrecognized servable version label: {spec.version_label}")
+            if self.resolve_label is None:
+                raise _Abort(grpc.StatusCode.INVALID_ARGUMENT,
+                             f"Unrecognized servable version label: {spec.version_label}")
+            return self.resolve_label(spec.version_label)  # OpError: its status
         return spec.version.value if which == "version" else None
 
     def _signature(self, name: str) -> tuple[str, Signature]:
@@ -235,7 +241,7 @@ class TfServingGrpc:
         if spec.name != self.model_name:
             raise _Abort(grpc.StatusCode.NOT_FOUND,
                          f"Could not find any versions of model {spec.name}")
-        version = spec.version.value if spec.HasField("version") else None
+        version = self._version(spec)
         try:
             listing = self.manager.status(version)
         except errors.NotFoundError:
@@ -264,17 +270,19 @@ def _signature_def(out: Any, sig: Signature) -> None:
                 info.tensor_shape.dim.add(size=-1 if d is None else d)
 
 
-async def _track_health(servicer: Any, manager: ModelManager, names: list[str]) -> None:
-    """Sets the health service's status of ``names`` from the manager, as it changes."""
-    serving: bool | None = None
+async def track_health(servicer: Any, statuses: Callable[[], dict[str, bool]]) -> None:
+    """Sets the health service's status of each name ``statuses()`` gives (True:
+    ``SERVING``) as it changes; a name that disappears becomes ``NOT_SERVING``."""
+    known: dict[str, bool] = {}
     while True:
-        now = manager.version is not None
-        if now != serving:
-            serving = now
-            status = (health_pb2.HealthCheckResponse.SERVING if now
-                      else health_pb2.HealthCheckResponse.NOT_SERVING)
-            for name in names:
-                await servicer.set(name, status)
+        now = statuses()
+        for name in set(known) - set(now):
+            now[name] = False
+        for name, serving in now.items():
+            if known.get(name) is not serving:
+                await servicer.set(name, health_pb2.HealthCheckResponse.SERVING if serving
+                                   else health_pb2.HealthCheckResponse.NOT_SERVING)
+        known = now
         await asyncio.sleep(_HEALTH_POLL_S)
 
 
@@ -298,14 +306,28 @@ async def start_grpc_server(manager: ModelManager, model_name: str, options: Htt
     Raises:
         OSError: the address cannot be bound (the message names it).
     """
+    api = TfServingGrpc(manager, model_name, options, registry, batcher)
+
+    def statuses() -> dict[str, bool]:
+        serving = manager.version is not None
+        return {"": serving, model_name: serving}
+
+    return await serve_grpc(api.handlers(), statuses, options, host, port, credentials)
+
+
+async def serve_grpc(handlers: list[grpc.GenericRpcHandler],
+                     statuses: Callable[[], dict[str, bool]], options: HttpOptions,
+                     host: str, port: int, credentials: grpc.ServerCredentials | None = None
+                     ) -> tuple[grpc.aio.Server, int, asyncio.Task[None]]:
+    """Starts a grpcio server with ``handlers`` and the health service (fed by
+    ``statuses``, see :func:`track_health`); the rest as :func:`start_grpc_server`."""
     limit = options.max_request_bytes
     server = grpc.aio.server(options=[
         ("grpc.max_receive_message_length", limit),
         ("grpc.max_send_message_length", -1),
         ("grpc.so_reuseport", 0),
     ])
-    api = TfServingGrpc(manager, model_name, options, registry, batcher)
-    server.add_generic_rpc_handlers(api.handlers())
+    server.add_generic_rpc_handlers(handlers)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -317,5 +339,5 @@ async def start_grpc_server(manager: ModelManager, model_name: str, options: Htt
     if not bound:
         raise OSError(f"cannot listen for gRPC on {address} (in use?)")
     await server.start()
-    task = asyncio.create_task(_track_health(health_servicer, manager, ["", model_name]))
+    task = asyncio.create_task(track_health(health_servicer, statuses))
     return server, bound, task

@@ -93,7 +93,7 @@ from .manager import ModelManager
 from .options import HttpOptions, apply_overrides
 from .rest_codec import format_predict_response, parse_predict_body
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "health_problems"]
 
 
 
@@ -327,22 +327,9 @@ class RestApi:
 
     async def healthz(self, request: Request) -> Response:
         health = self.manager.health()
-        watcher, loader = health["watcher"], health["loader"]
-        if watcher["alive"] and loader["alive"]:
+        problems = health_problems(health)
+        if not problems:
             return json_response({"status": "alive", **health})
-        problems = []
-        if not watcher["alive"]:
-            problems.append(
-                f"the checkpoint watcher ({watcher['mode']}) is not running "
-                f"(restarts so far: {watcher['restarts']})"
-            )
-        if loader["stuck"]:
-            problems.append(
-                f"the loader has been loading version {loader['loading_version']} for "
-                f"{loader['loading_for_s']:.0f} s and is stuck"
-            )
-        elif not loader["alive"]:
-            problems.append("the loader thread is not running")
         return error_response(503, "; ".join(problems))
 
     async def readyz(self, request: Request) -> Response:
@@ -389,6 +376,26 @@ class ServingApp(Starlette):
                        (b"content-length", str(len(DRAIN_CUT_BODY)).encode())]
             await send({"type": "http.response.start", "status": 503, "headers": headers})
             await send({"type": "http.response.body", "body": DRAIN_CUT_BODY})
+
+
+def health_problems(health: dict[str, Any]) -> list[str]:
+    """What ``/healthz`` reports from a manager's ``health()``: [] while its watcher and
+    loader run, else one sentence per problem."""
+    watcher, loader = health["watcher"], health["loader"]
+    problems = []
+    if not watcher["alive"]:
+        problems.append(
+            f"the checkpoint watcher ({watcher['mode']}) is not running "
+            f"(restarts so far: {watcher['restarts']})"
+        )
+    if loader["stuck"]:
+        problems.append(
+            f"the loader has been loading version {loader['loading_version']} for "
+            f"{loader['loading_for_s']:.0f} s and is stuck"
+        )
+    elif not loader["alive"]:
+        problems.append("the loader thread is not running")
+    return problems
 
 
 def _requested_by(request: Request) -> str:

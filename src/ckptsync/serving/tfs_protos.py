@@ -13,7 +13,8 @@ reads them unchanged. ``tests/goldens/tfs_descriptors.json`` (from the real pack
 server never reads or writes (``TensorProto.resource_handle_val``/``variant_val``,
 ``PredictRequest.predict_streamed_options``/``request_options``, ``TensorInfo``'s sparse
 and composite encodings, ``ModelConfig.logging_config``); a client that sends them is not
-refused, protobuf keeps them as unknown fields.
+refused, protobuf keeps them as unknown fields. Added: ``ModelConfig.model_file``
+(number 1000), the graph of a ``--model-config-file`` model.
 
 The pool is private, so these never clash with TensorFlow's or TensorBoard's own copies
 of the same messages in one process. Parsing and serializing are the ``protobuf``
@@ -61,6 +62,9 @@ ERROR_CODES = {
 #: ``ModelVersionStatus.State`` (TF Serving's ManagerState).
 MODEL_STATES = {"UNKNOWN": 0, "START": 10, "LOADING": 20, "AVAILABLE": 30,
                 "UNLOADING": 40, "END": 50}
+#: The number of ``ModelConfig.model_file``, ckptsync's one field beyond TF Serving's:
+#: far above TF Serving's numbers, so it never collides with a field they add.
+MODEL_FILE_FIELD_NUMBER = 1000
 #: ``SignatureDef.method_name`` of a predict signature.
 PREDICT_METHOD_NAME = "tensorflow/serving/predict"
 
@@ -207,6 +211,9 @@ def _serving() -> Any:
     _field(config, "model_platform", 4, "string")
     _field(config, "model_version_policy", 7, f"msg:{p}")
     _field(config, "version_labels", 8, "map:string:int64")
+    # ckptsync's extension (not TF Serving's): the model file whose graph serves the
+    # checkpoints in base_path (TF Serving reads the graph from a SavedModel there).
+    _field(config, "model_file", MODEL_FILE_FIELD_NUMBER, "string")
     clist = f.message_type.add(name="ModelConfigList")
     _field(clist, "config", 1, "msg:.tensorflow.serving.ModelConfig", repeated=True)
     server = f.message_type.add(name="ModelServerConfig")

@@ -1,0 +1,135 @@
+"""TF Serving's gRPC API for a many-model server: each call goes to its model's servicer.
+
+``PredictionService.Predict``/``GetModelMetadata`` and ``ModelService.GetModelStatus``
+look ``model_spec.name`` up in the :class:`~.model_server.ModelServer` and run on that
+model's :class:`~.grpc_api.TfServingGrpc` (so each model answers exactly as a one-model
+server; ``version_label`` resolves through the model's ``version_labels``). An unknown
+name is ``NOT_FOUND`` with TF Serving's message. ``ModelService.HandleReloadConfigRequest``
+applies a ``ModelServerConfig`` as TF Serving's does, all or nothing, but only for a
+caller holding the admin token (``authorization: Bearer <token>`` metadata): a config
+names model files, which are code. Without ``--admin-token`` it is ``PERMISSION_DENIED``.
+The health service reports each model's name (``SERVING`` once it serves a version) and
+``""`` (every model serves).
+
+Thread-safety: calls run on the server's event loop; a reload runs in a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from .. import errors
+from . import tfs_protos as pb
+from .model_config import entries_from_proto
+from .model_server import ModelBuildError, ModelServer, ServedModel
+
+__all__ = ["ModelServerGrpc"]
+
+
+class ModelServerGrpc:
+    """The gRPC handlers of a :class:`~.model_server.ModelServer`.
+
+    Args:
+        server: the models (each built with gRPC on).
+        admin_token: the token ``HandleReloadConfigRequest`` needs (None: refused).
+    """
+
+    def __init__(self, server: ModelServer, admin_token: str | None = None):
+        self.server = server
+        self._token = None if admin_token is None else admin_token.encode()
+
+    def handlers(self) -> list[grpc.GenericRpcHandler]:
+        """grpcio handlers of ``PredictionService`` and ``ModelService``."""
+        def unary(fn: Callable[..., Any], request: Any, response: Any) -> Any:
+            return grpc.unary_unary_rpc_method_handler(
+                fn, request_deserializer=request.FromString,
+                response_serializer=response.SerializeToString)
+
+        return [
+            grpc.method_handlers_generic_handler("tensorflow.serving.PredictionService", {
+                "Predict": unary(self.predict, pb.PredictRequest, pb.PredictResponse),
+                "GetModelMetadata": unary(self.get_model_metadata, pb.GetModelMetadataRequest,
+                                          pb.GetModelMetadataResponse),
+            }),
+            grpc.method_handlers_generic_handler("tensorflow.serving.ModelService", {
+                "GetModelStatus": unary(self.get_model_status, pb.GetModelStatusRequest,
+                                        pb.GetModelStatusResponse),
+                "HandleReloadConfigRequest": unary(self.reload_config, pb.ReloadConfigRequest,
+                                                   pb.ReloadConfigResponse),
+            }),
+        ]
+
+    def statuses(self) -> dict[str, bool]:
+        """The health service's view: each model's name -> serving; ``""`` -> all serve."""
+        now = {name: m.manager.version is not None for name, m in self.server.models.items()}
+        return {"": bool(now) and all(now.values()), **now}
+
+    async def _model(self, spec: Any, context: Any, status_call: bool = False) -> ServedModel:
+        model = self.server.model(spec.name)
+        if model is None:
+            if status_call:
+                message = f"Could not find any versions of model {spec.name}"
+            elif spec.WhichOneof("version_choice") == "version":
+                message = (f"Servable not found for request: Specific({spec.name}, "
+                           f"{spec.version.value})")
+            else:
+                message = f"Servable not found for request: Latest({spec.name})"
+            await context.abort(grpc.StatusCode.NOT_FOUND, message)
+        assert model is not None and model.grpc is not None
+        return model
+
+    async def predict(self, request: Any, context: Any) -> Any:
+        """``PredictionService.Predict`` on the named model."""
+        model = await self._model(request.model_spec, context)
+        return await model.grpc.predict(request, context)
+
+    async def get_model_metadata(self, request: Any, context: Any) -> Any:
+        """``PredictionService.GetModelMetadata`` on the named model."""
+        model = await self._model(request.model_spec, context)
+        return await model.grpc.get_model_metadata(request, context)
+
+    async def get_model_status(self, request: Any, context: Any) -> Any:
+        """``ModelService.GetModelStatus`` of the named model."""
+        model = await self._model(request.model_spec, context, status_call=True)
+        return await model.grpc.get_model_status(request, context)
+
+    async def reload_config(self, request: Any, context: Any) -> Any:
+        """``ModelService.HandleReloadConfigRequest``: serve exactly ``request.config``."""
+        await self._authorize(context)
+        try:
+            entries = entries_from_proto(request.config, "ReloadConfigRequest.config")
+        except errors.InvalidArgumentError as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, e.message)
+        try:
+            warnings = await asyncio.to_thread(self.server.reload, entries)
+        except ModelBuildError as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        except errors.OpError as e:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, e.message)
+        response = pb.ReloadConfigResponse()
+        response.status.error_code = 0
+        response.status.error_message = "; ".join(warnings)
+        return response
+
+    async def _authorize(self, context: Any) -> None:
+        if self._token is None:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                                "HandleReloadConfigRequest is disabled: start the server with "
+                                "--admin-token (a model config names model files, which run "
+                                "as code)")
+        given = dict(context.invocation_metadata() or ()).get("authorization")
+        if not given:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                                'HandleReloadConfigRequest needs "authorization: Bearer '
+                                '<token>" metadata, got none')
+        scheme, _, token = str(given).partition(" ")
+        ok = hmac.compare_digest(token.strip().encode("utf-8", "surrogateescape"),
+                                 self._token or b"")
+        if scheme.lower() != "bearer" or not ok:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                                "the admin token in the authorization metadata is not valid")

@@ -1,0 +1,359 @@
+"""Many models in one server: TF Serving's ``ServerCore`` over a ``model_config_list``.
+
+A :class:`ModelServer` holds one :class:`ServedModel` per configured model, each with its
+own servable (graph), :class:`~.manager.ModelManager` (source, loader, version policy),
+REST app (:func:`.http.create_app`), gRPC servicer and batch scheduler, exactly as a
+one-model server has them; the dispatchers (:mod:`.server_app` for HTTP,
+:class:`.grpc_api.ModelServerGrpc`) route each request by the model's name. So every
+model keeps the hot-swap guarantees of the one-model path, and a model that is slow to
+load, broken or reloading never holds up another.
+
+:meth:`ModelServer.reload` applies a new config as TF Serving's ``ReloadConfig`` does,
+all or nothing: new models are built and started first; if any fails, nothing changes.
+Then kept models take their new policy and labels in place (a model is rebuilt only when
+its ``base_path`` or ``model_file`` changes), and removed or replaced models are closed
+after the switch (requests already in them finish on their snapshot).
+
+Version labels follow TF Serving's rule: a label moves only to an AVAILABLE version
+(here: the version the model serves). A label set to a version that is not served yet
+stays where it was (unset, for a new label) and moves the moment that version is served;
+:meth:`ModelServer.reload` returns such labels as warnings. (TF Serving refuses the whole
+reload instead; a checkpoint stream makes "not yet" the usual case, so ckptsync waits.)
+
+Thread-safety: :meth:`ModelServer.reload` and :meth:`ModelServer.close` serialize on one
+lock; :meth:`ModelServer.model` and :meth:`ServedModel.resolve_label` may be called from
+any thread at any time (the model table is replaced whole, never changed in place).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import errors
+from .batching import BatchingOptions
+from .manager import ManagerOptions, ModelManager
+from .model_config import ModelConfigEntry, read_model_config_file
+from .options import HttpOptions
+
+__all__ = ["ModelBuildError", "ModelServer", "ServedModel", "ServerOptions"]
+
+logger = logging.getLogger("ckptsync.serving.model_server")
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """What every model of a :class:`ModelServer` shares (the server's flags).
+
+    Attributes:
+        device: the device of every model's graph (``cpu:0``).
+        manager: each model's :class:`~.manager.ManagerOptions`.
+        http: the REST and gRPC caps and the admin token (:class:`~.options.HttpOptions`).
+        batching: request batching per model (None: off).
+        grpc: build each model's gRPC servicer.
+        summary_dir: TensorBoard summaries of each model under ``<summary_dir>/<name>``
+            (None: none).
+    """
+
+    device: str = "cpu:0"
+    manager: ManagerOptions = field(default_factory=ManagerOptions)
+    http: HttpOptions = field(default_factory=HttpOptions)
+    batching: BatchingOptions | None = None
+    grpc: bool = True
+    summary_dir: str | None = None
+
+
+class ModelBuildError(RuntimeError):
+    """A configured model cannot be built or started; ``cause`` is why (a
+    ``ModelFileError`` for a broken model file), ``name`` the model."""
+
+    def __init__(self, name: str, model_file: str, cause: BaseException):
+        super().__init__(f'model "{name}": cannot build the model from {model_file}: {cause}')
+        self.name, self.cause = name, cause
+
+
+class ServedModel:
+    """One model of a :class:`ModelServer`: its config, manager, REST app and gRPC servicer.
+
+    Attributes:
+        entry: its :class:`~.model_config.ModelConfigEntry` (the last one applied).
+        manager: its model manager (started).
+        app: its REST app (an ASGI app serving ``/v1/models/{name}...`` and
+            ``/v2/models/{name}...``).
+        grpc: its :class:`~.grpc_api.TfServingGrpc`, or None without gRPC.
+    """
+
+    def __init__(self, entry: ModelConfigEntry, options: ServerOptions,
+                 build_servable: Callable[[str, str], Any]):
+        from .http import create_app  # starlette: here so the module imports light
+
+        self.entry = entry
+        servable = build_servable(entry.model_file, options.device)
+        self.manager = ModelManager(servable, entry.base_path,
+                                    "latest" if entry.pinned is None else entry.pinned,
+                                    options=options.manager)
+        self.app = create_app(self.manager, entry.name, options=options.http,
+                              batching=options.batching)
+        self.grpc: Any = None
+        if options.grpc:
+            from .grpc_api import TfServingGrpc  # grpcio: only with gRPC on
+
+            self.grpc = TfServingGrpc(self.manager, entry.name, options.http,
+                                      self.app.state.registry, self.app.state.batcher)
+            self.grpc.resolve_label = self.resolve_label
+        self._summaries: Any = None
+        self._summary_dir = (None if options.summary_dir is None
+                             else os.path.join(options.summary_dir, entry.name))
+        self._lock = threading.Lock()
+        self._wanted: dict[str, int] = {}
+        self._labels: dict[str, int] = {}
+        self.set_labels(entry.version_labels)
+
+    @property
+    def name(self) -> str:
+        return self.entry.name
+
+    def start(self) -> ServedModel:
+        """Starts the manager (and the summaries). Raises OSError for an unwritable
+        summary directory."""
+        self.manager.start()
+        if self._summary_dir is not None:
+            from .summaries import ServingSummaries  # the tensorboard package: only here
+
+            self._summaries = ServingSummaries(self.manager, self._summary_dir,
+                                               self.app.state.registry).start()
+        return self
+
+    def close(self) -> None:
+        """Stops the batcher, the summaries and the manager; idempotent."""
+        batcher = self.app.state.batcher
+        if batcher is not None:
+            batcher.close()
+        if self._summaries is not None:
+            self._summaries.close()
+            self._summaries = None
+        self.manager.close()
+
+    def set_labels(self, labels: Mapping[str, int]) -> list[str]:
+        """Asks for ``labels`` (label -> version); returns a warning per label that waits
+        for its version to be AVAILABLE. A label left out is removed."""
+        with self._lock:
+            self._wanted = dict(labels)
+            self._labels = {k: v for k, v in self._labels.items() if k in self._wanted}
+        return [w for w in (self._move(label) for label in labels) if w]
+
+    def _move(self, label: str) -> str | None:
+        """Moves ``label`` to its wanted version if that is AVAILABLE; else a warning."""
+        with self._lock:
+            want = self._wanted.get(label)
+            if want is None or self._labels.get(label) == want:
+                return None
+            if self.manager.version == want:
+                self._labels[label] = want
+                logger.info('model "%s": version label "%s" -> version %d', self.name,
+                            label, want)
+                return None
+            now = self._labels.get(label)
+        return (f'model "{self.name}": version label "{label}" stays '
+                f'{"unset" if now is None else f"at version {now}"} until version {want} is '
+                "AVAILABLE (a label moves only to an AVAILABLE version, as TF Serving's)")
+
+    def resolve_label(self, label: str) -> int:
+        """The version ``label`` names.
+
+        Raises:
+            InvalidArgumentError: the model has no such label (TF Serving's "Unrecognized
+                servable version label").
+            UnavailableError: the label's version has not been AVAILABLE yet.
+        """
+        self._move(label)
+        with self._lock:
+            version, want = self._labels.get(label), self._wanted.get(label)
+        if want is None:
+            known = ", ".join(sorted(self._wanted)) or "none"
+            raise errors.InvalidArgumentError(
+                None, None, f"Unrecognized servable version label: {label} (model "
+                f'"{self.name}" has labels: {known})')
+        if version is None:
+            raise errors.UnavailableError(
+                None, None, f'version label "{label}" of model "{self.name}" names version '
+                f"{want}, which has not been AVAILABLE yet (served: {self.manager.version})")
+        return version
+
+    def labels(self) -> dict[str, int]:
+        """The labels in force (label -> version), after moving those now AVAILABLE."""
+        for label in list(self._wanted):
+            self._move(label)
+        with self._lock:
+            return dict(self._labels)
+
+
+class ModelServer:
+    """The models of a server, by name, and their config reloads.
+
+    Args:
+        options: what every model shares.
+        build_servable: ``(model_file, device) -> servable`` (default
+            ``GraphServable.from_model_file``; it raises ``ModelFileError`` for a broken file).
+
+    Thread-safety: see the module docstring.
+    """
+
+    def __init__(self, options: ServerOptions | None = None,
+                 build_servable: Callable[[str, str], Any] | None = None):
+        self.options = options or ServerOptions()
+        if build_servable is None:
+            from .servable import GraphServable  # the session runtime: only when building
+
+            build_servable = GraphServable.from_model_file
+        self._build = build_servable
+        self._models: dict[str, ServedModel] = {}
+        self._reload_lock = threading.Lock()
+        self._closed = False
+        self._stop = threading.Event()
+        self._watcher: threading.Thread | None = None
+        #: Config applications by result (a file that does not parse is a failure).
+        self.reloads = {"success": 0, "failure": 0}
+        self.last_reload_error: str | None = None
+
+    @property
+    def models(self) -> Mapping[str, ServedModel]:
+        """The served models by name (a snapshot: later reloads do not change it)."""
+        return self._models
+
+    def model(self, name: str) -> ServedModel | None:
+        """The model named ``name``, or None."""
+        return self._models.get(name)
+
+    def reload(self, entries: list[ModelConfigEntry]) -> list[str]:
+        """Serves exactly ``entries`` (TF Serving's ``ReloadConfig``), all or nothing.
+
+        Returns:
+            Warnings: labels waiting for their version to be AVAILABLE.
+
+        Raises:
+            ModelBuildError: a new model's graph cannot be built, or its manager cannot
+                start (nothing changed).
+            FailedPreconditionError: the server is closed.
+        """
+        with self._reload_lock:
+            if self._closed:
+                raise errors.FailedPreconditionError(None, None, "the model server is closed")
+            try:
+                warnings = self._apply(entries)
+            except BaseException as e:
+                self.reloads["failure"] += 1
+                self.last_reload_error = str(e)
+                raise
+            self.reloads["success"] += 1
+            self.last_reload_error = None
+            return warnings
+
+    def _apply(self, entries: list[ModelConfigEntry]) -> list[str]:
+        current = self._models
+        built: dict[str, ServedModel] = {}
+        try:
+            for entry in entries:
+                old = current.get(entry.name)
+                if old is None or not old.entry.same_graph(entry):
+                    built[entry.name] = _build_model(entry, self.options, self._build)
+        except BaseException:
+            for model in built.values():
+                model.close()
+            raise
+        warnings: list[str] = []
+        table: dict[str, ServedModel] = {}
+        for entry in entries:
+            new = built.get(entry.name)
+            if new is not None:
+                model = new
+            else:  # kept: its policy and labels change in place
+                model = current[entry.name]
+                if model.entry.pinned != entry.pinned:
+                    model.manager.set_policy("latest" if entry.pinned is None else entry.pinned,
+                                             "the model config")
+                model.entry = entry
+            warnings += model.set_labels(entry.version_labels)
+            table[entry.name] = model
+        self._models = table  # one assignment: a reader sees the old table or the new
+        for name, old in current.items():
+            if table.get(name) is not old:
+                logger.info('model "%s" %s', name,
+                            "replaced (its base_path or model_file changed)" if name in table
+                            else "removed from the config: unloading it")
+                old.close()
+        for name in built:
+            logger.info('model "%s" added: serving %s from %s', name,
+                        table[name].entry.model_file, table[name].entry.base_path)
+        for w in warnings:
+            logger.warning("%s", w)
+        return warnings
+
+    def watch_config_file(self, path: str, poll_wait_s: float) -> None:
+        """Reloads the config from ``path`` whenever it changes (checked every
+        ``poll_wait_s`` seconds, as TF Serving's ``--model_config_file_poll_wait_seconds``),
+        in a daemon thread until :meth:`close`. A file that fails to read or parse, or a
+        reload that fails, is logged and leaves the models as they were."""
+        def signature() -> tuple[int, int, int] | None:
+            try:
+                st = os.stat(path)
+            except OSError:
+                return None
+            return st.st_mtime_ns, st.st_size, st.st_ino
+
+        def loop() -> None:
+            seen = signature()
+            while not self._stop.wait(poll_wait_s):
+                now = signature()
+                if now == seen:
+                    continue
+                seen = now
+                try:
+                    try:
+                        entries = read_model_config_file(path)
+                    except errors.InvalidArgumentError as e:
+                        with self._reload_lock:
+                            self.reloads["failure"] += 1
+                            self.last_reload_error = e.message
+                        raise
+                    warnings = self.reload(entries)
+                except errors.FailedPreconditionError:
+                    return  # closed
+                except Exception as e:
+                    logger.error("the model config file %s was not applied; the models "
+                                 "stay as they were: %s", path, e)
+                    continue
+                logger.info("applied the model config file %s: serving %s (%d warnings)",
+                            path, ", ".join(self._models), len(warnings))
+
+        self._watcher = threading.Thread(target=loop, name="ckptsync-model-config",
+                                         daemon=True)
+        self._watcher.start()
+
+    def close(self) -> None:
+        """Stops the config watcher and closes every model; idempotent."""
+        self._stop.set()
+        if self._watcher is not None and self._watcher is not threading.current_thread():
+            self._watcher.join(timeout=60)
+        with self._reload_lock:
+            self._closed = True
+            models, self._models = self._models, {}
+        for model in models.values():
+            model.close()
+
+
+def _build_model(entry: ModelConfigEntry, options: ServerOptions,
+                 build: Callable[[str, str], Any]) -> ServedModel:
+    try:
+        model = ServedModel(entry, options, build)
+    except Exception as e:
+        raise ModelBuildError(entry.name, entry.model_file, e) from e
+    try:
+        return model.start()
+    except Exception as e:
+        model.close()
+        raise ModelBuildError(entry.name, entry.model_file, e) from e

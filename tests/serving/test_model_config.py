@@ -1,0 +1,201 @@
+"""TF Serving's model_config_list text format (``--model-config-file``) and the
+:class:`ModelServer` that applies it: parsing, every rule's error, reloads all or nothing,
+version labels that move only to an AVAILABLE version."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from ckptsync import errors
+from ckptsync.serving.model_config import (
+    ModelConfigEntry,
+    parse_model_server_config,
+    read_model_config_file,
+)
+from ckptsync.serving.model_server import ModelBuildError, ModelServer, ServerOptions
+
+from .conftest import MLPServable, publish
+
+
+def config(*models: str) -> str:
+    return "model_config_list {\n" + "\n".join(f"  config {{ {m} }}" for m in models) + "\n}\n"
+
+
+@pytest.fixture
+def files(tmp_path):
+    (tmp_path / "a.py").write_text("def build_net(graph, device, mode): pass\n")
+    (tmp_path / "b.py").write_text("def build_net(graph, device, mode): pass\n")
+    return tmp_path
+
+
+def test_a_tf_serving_config_with_model_file_parses_to_checked_entries(files, monkeypatch):
+    monkeypatch.chdir(files)
+    text = config(
+        'name: "a" base_path: "ckpts/a" model_file: "a.py" model_platform: "tensorflow"',
+        'name: "b" base_path: "/abs/b" model_file: "b.py" '
+        'model_version_policy { specific { versions: 1200 } } '
+        'version_labels { key: "stable" value: 1200 } version_labels { key: "canary" value: 7 }',
+        'name: "c.v2-x" base_path: "c" model_file: "a.py" model_version_policy { latest { } }')
+    a, b, c = parse_model_server_config(text, "models.config")
+    # Relative paths are the working directory's, as TF Serving's.
+    assert a == ModelConfigEntry("a", str(files / "ckpts" / "a"), str(files / "a.py"), None, {})
+    assert (b.base_path, b.pinned, dict(b.version_labels)) == (
+        "/abs/b", 1200, {"canary": 7, "stable": 1200})
+    assert (c.name, c.pinned) == ("c.v2-x", None)
+    assert a.same_graph(ModelConfigEntry("a", a.base_path, a.model_file, 5, {"x": 5}))
+    assert not a.same_graph(c)
+
+
+@pytest.mark.parametrize("body, message", [
+    ("model_config_list { config { name: 'a' ", "is not a ModelServerConfig in text format"),
+    ("model_config_list { config { name: 'a' bogus: 1 } }", 'has no field named "bogus"'),
+    ("", "names no model"),
+    ("model_config_list { }", "model_config_list names no model"),
+    (config('name: "a b" base_path: "x" model_file: "a.py"'), "name 'a b' must be"),
+    (config('name: "" base_path: "x" model_file: "a.py"'), "name '' must be"),
+    (config('name: "a" model_file: "a.py"'), 'model "a": base_path (its checkpoint directory) '
+     "is missing"),
+    (config('name: "a" base_path: "x"'), 'model "a": model_file is missing'),
+    (config('name: "a" base_path: "x" model_file: "nope.py"'), "model_file nope.py is not a "
+     "file"),
+    (config('name: "a" base_path: "a.py" model_file: "a.py"'), "base_path a.py exists and is "
+     "not a directory"),
+    (config('name: "a" base_path: "x" model_file: "a.py" model_platform: "pytorch"'),
+     'model_platform "pytorch" is not served here'),
+    (config('name: "a" base_path: "x" model_file: "a.py"',
+            'name: "a" base_path: "y" model_file: "b.py"'), 'model "a" is listed more than once'),
+    (config('name: "a" base_path: "x" model_file: "a.py" '
+            "model_version_policy { latest { num_versions: 2 } }"), "num_versions: 2 } is not "
+     "supported"),
+    (config('name: "a" base_path: "x" model_file: "a.py" model_version_policy { all { } }'),
+     "model_version_policy all is not supported"),
+    (config('name: "a" base_path: "x" model_file: "a.py" '
+            "model_version_policy { specific { versions: 1 versions: 2 } }"),
+     "specific must name exactly one version"),
+    (config('name: "a" base_path: "x" model_file: "a.py" '
+            "model_version_policy { specific { versions: -1 } }"), "must be >= 0"),
+    (config('name: "a" base_path: "x" model_file: "a.py" '
+            'version_labels { key: "a/b" value: 1 }'), "version label 'a/b' must be"),
+    (config('name: "a" base_path: "x" model_file: "a.py" '
+            'version_labels { key: "stable" value: -3 }'), "names version -3"),
+    ("custom_model_config { }", "custom_model_config is not supported"),
+])
+def test_every_broken_config_is_one_error_naming_the_model_and_field(files, monkeypatch,
+                                                                      body, message):
+    monkeypatch.chdir(files)
+    with pytest.raises(errors.InvalidArgumentError) as e:
+        parse_model_server_config(body, "models.config")
+    assert message in e.value.message
+    assert e.value.message.startswith("models.config")
+
+
+def test_reading_a_config_file_that_is_not_a_regular_file_says_so(tmp_path):
+    with pytest.raises(errors.InvalidArgumentError, match="is not a regular file"):
+        read_model_config_file(str(tmp_path))
+    with pytest.raises(errors.InvalidArgumentError, match="cannot read the model config file"):
+        read_model_config_file(str(tmp_path / "missing.config"))
+    (tmp_path / "bad.config").write_bytes(b"\xff\xfe")
+    with pytest.raises(errors.InvalidArgumentError, match="cannot read"):
+        read_model_config_file(str(tmp_path / "bad.config"))
+
+
+class Builds:
+    """build_servable for the ModelServer: MLP servables, counted; a file named
+    ``broken.py`` fails to build."""
+
+    def __init__(self):
+        self.built: list[str] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, model_file: str, device: str):
+        if model_file.endswith("broken.py"):
+            raise ValueError("build_net raised: broken on purpose")
+        with self.lock:
+            self.built.append(model_file)
+        return MLPServable()
+
+
+def entry(tmp_path, name, *, model_file="a.py", pinned=None, labels=None):
+    return ModelConfigEntry(name, str(tmp_path / f"ckpts-{name}"), str(tmp_path / model_file),
+                            pinned, labels or {})
+
+
+@pytest.fixture
+def server():
+    builds = Builds()
+    s = ModelServer(ServerOptions(grpc=False), builds)
+    s.builds = builds
+    yield s
+    s.close()
+
+
+def test_a_reload_keeps_unchanged_models_rebuilds_changed_ones_and_closes_removed(
+        tmp_path, server):
+    server.reload([entry(tmp_path, "a"), entry(tmp_path, "b")])
+    a, b = server.model("a"), server.model("b")
+    publish(tmp_path / "ckpts-a", 3)
+    a.manager.wait_for_version(3, timeout_s=30)
+    # a: only its policy changes (in place, no rebuild); b: a new model_file (rebuilt);
+    # c: new; and a model left out is closed.
+    server.reload([entry(tmp_path, "a", pinned=3), entry(tmp_path, "b", model_file="b.py"),
+                   entry(tmp_path, "c")])
+    assert server.model("a") is a and a.manager.policy.pinned == 3
+    assert a.manager.version == 3  # kept serving throughout
+    assert server.model("b") is not b and not b.manager.alive
+    assert sorted(server.models) == ["a", "b", "c"]
+    assert len(server.builds.built) == 4
+    server.reload([entry(tmp_path, "c")])
+    assert list(server.models) == ["c"] and not a.manager.alive
+    assert server.reloads == {"success": 3, "failure": 0}
+
+
+def test_a_reload_that_fails_to_build_a_model_changes_nothing(tmp_path, server):
+    server.reload([entry(tmp_path, "a")])
+    a = server.model("a")
+    with pytest.raises(ModelBuildError, match='model "x": cannot build the model from .*'
+                                              "broken.py: build_net raised") as e:
+        server.reload([entry(tmp_path, "b"), entry(tmp_path, "x", model_file="broken.py")])
+    assert isinstance(e.value.cause, ValueError)
+    assert list(server.models) == ["a"] and server.model("a") is a and a.manager.alive
+    assert server.reloads["failure"] == 1 and "broken" in server.last_reload_error
+    # b was built before x failed: it was closed, not leaked (the autouse thread check).
+
+
+def test_a_label_moves_only_to_an_available_version(tmp_path, server):
+    server.reload([entry(tmp_path, "a", labels={"stable": 3})])
+    a = server.model("a")
+    with pytest.raises(errors.UnavailableError, match="has not been AVAILABLE yet"):
+        a.resolve_label("stable")
+    with pytest.raises(errors.InvalidArgumentError,
+                       match="Unrecognized servable version label: canary"):
+        a.resolve_label("canary")
+    publish(tmp_path / "ckpts-a", 3)
+    a.manager.wait_for_version(3, timeout_s=30)
+    assert a.resolve_label("stable") == 3
+    # canary -> 5 while 5 is not served: it waits (a warning), stable stays.
+    warnings = server.reload([entry(tmp_path, "a", labels={"stable": 3, "canary": 5})])
+    assert len(warnings) == 1 and 'label "canary" stays unset until version 5' in warnings[0]
+    with pytest.raises(errors.UnavailableError):
+        a.resolve_label("canary")
+    # stable -> 5 while 5 is not served: it stays at 3.
+    warnings = server.reload([entry(tmp_path, "a", labels={"stable": 5, "canary": 5})])
+    assert any('"stable" stays at version 3' in w for w in warnings)
+    assert a.resolve_label("stable") == 3
+    publish(tmp_path / "ckpts-a", 5)
+    a.manager.wait_for_version(5, timeout_s=30)
+    assert a.resolve_label("canary") == 5 and a.resolve_label("stable") == 5
+    assert a.labels() == {"stable": 5, "canary": 5}
+    # A label left out of the config is gone.
+    server.reload([entry(tmp_path, "a", labels={"canary": 5})])
+    with pytest.raises(errors.InvalidArgumentError):
+        a.resolve_label("stable")
+
+
+def test_a_closed_server_refuses_reloads(tmp_path, server):
+    server.reload([entry(tmp_path, "a")])
+    server.close()
+    assert not server.models
+    with pytest.raises(errors.FailedPreconditionError, match="closed"):
+        server.reload([entry(tmp_path, "a")])

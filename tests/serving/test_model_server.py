@@ -1,0 +1,317 @@
+"""``infer serve --model-config-file``: several models in one real server process, each
+with its own checkpoints and policy, over TF Serving's REST and gRPC APIs and the Open
+Inference Protocol; config reloads from the file and over gRPC that leave the other
+models serving; version labels; the CLI's errors."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import httpx
+import numpy as np
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from ckptsync.serving import tfs_protos as pb
+from ckptsync.serving.tensor_proto import make_ndarray
+
+from .conftest import MLPServable, mlp_params, publish
+from .test_cli import infer, run_infer, wait_for_port
+from .test_grpc import code_of, free_port, predict_request
+
+X = np.random.default_rng(11).standard_normal((2, 4)).astype(np.float32)
+
+
+def model_config(root: Path, models: dict[str, str]) -> str:
+    """A model_config_list of ``models`` (name -> extra fields), each in root/ckpts-<name>
+    with root/mlp.py."""
+    return "model_config_list {\n" + "".join(
+        f'  config {{ name: "{name}" base_path: "{root / f"ckpts-{name}"}" '
+        f'model_file: "{root / "mlp.py"}" {extra} }}\n' for name, extra in models.items()) + "}\n"
+
+
+def write_config(path: Path, text: str) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)  # atomic, as a config management tool writes it
+
+
+class Server:
+    def __init__(self, proc: subprocess.Popen, http_port: int, grpc_port: int):
+        self.proc, self.grpc_port = proc, grpc_port
+        self.url = f"http://127.0.0.1:{http_port}"
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{grpc_port}")
+
+    def get(self, path: str) -> httpx.Response:
+        return httpx.get(self.url + path, timeout=30)
+
+    def post(self, path: str, **kw) -> httpx.Response:
+        return httpx.post(self.url + path, timeout=30, **kw)
+
+    def grpc_call(self, service: str, method: str, request, response_type, metadata=None):
+        fn = self.channel.unary_unary(f"/tensorflow.serving.{service}/{method}",
+                                      request_serializer=lambda m: m.SerializeToString(),
+                                      response_deserializer=response_type.FromString)
+        return fn(request, timeout=30, metadata=metadata)
+
+    def wait_ready(self, models: dict[str, int], timeout_s: float = 60.0) -> None:
+        """Waits on /readyz until it lists exactly ``models`` at those versions."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            r = self.get("/readyz")
+            if r.status_code == 200 and {n: m["model_version"] for n, m in
+                                         r.json()["models"].items()} == models:
+                return
+            time.sleep(0.02)
+        raise AssertionError(f"not ready with {models}: {r.status_code} {r.text}")
+
+
+@pytest.fixture
+def start(tmp_path, model_file) -> Iterator:
+    servers: list[Server] = []
+
+    def _start(config_text: str, *extra: str) -> Server:
+        config = tmp_path / "models.config"
+        write_config(config, config_text)
+        port_file, grpc_port = tmp_path / f"port{len(servers)}", free_port()
+        proc = subprocess.Popen(
+            infer("serve", "--model-config-file", str(config), "--port", "0", "--port-file",
+                  str(port_file), "--grpc-port", str(grpc_port), "--log-level", "info",
+                  "--model-config-file-poll-wait-s", "0.05", *extra),
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        servers.append(Server(proc, wait_for_port(proc, port_file), grpc_port))
+        return servers[-1]
+
+    yield _start
+    for s in servers:
+        s.channel.close()
+        s.proc.terminate()
+        try:
+            assert s.proc.wait(timeout=30) == 0
+        finally:
+            if s.proc.poll() is None:
+                s.proc.kill()
+                s.proc.wait(timeout=10)
+            s.proc.stderr.close()
+
+
+def logits(step: int) -> np.ndarray:
+    return MLPServable(two_outputs=True).run(mlp_params(step), {"x": X})["logits"]
+
+
+def test_two_models_serve_their_own_checkpoints_on_every_protocol(start, tmp_path):
+    server = start(model_config(tmp_path, {
+        "ctr": "", "digits": "model_version_policy { specific { versions: 5 } }"}))
+    publish(tmp_path / "ckpts-ctr", 3)
+    for step in (5, 6):  # digits is pinned to 5: 6 is not served
+        publish(tmp_path / "ckpts-digits", step)
+    server.wait_ready({"ctr": 3, "digits": 5})
+    for name, step in (("ctr", 3), ("digits", 5)):
+        r = server.post(f"/v1/models/{name}:predict", json={"instances": X.tolist()})
+        assert r.status_code == 200 and r.headers["x-model-version"] == str(step)
+        np.testing.assert_allclose([p["logits"] for p in r.json()["predictions"]], logits(step),
+                                   rtol=1e-6)
+        v2 = server.post(f"/v2/models/{name}/infer", json={"inputs": [
+            {"name": "x", "shape": [2, 4], "datatype": "FP32", "data": X.ravel().tolist()}]})
+        assert v2.status_code == 200 and v2.json()["model_version"] == str(step)
+        response = server.grpc_call("PredictionService", "Predict",
+                                    predict_request(X, name=name), pb.PredictResponse)
+        assert (response.model_spec.name, response.model_spec.version.value) == (name, step)
+        np.testing.assert_array_equal(make_ndarray(response.outputs["logits"]), logits(step))
+        status = server.get(f"/v1/models/{name}").json()["model_version_status"]
+        assert [s["version"] for s in status if s["state"] == "AVAILABLE"] == [str(step)]
+    # The pin holds: digits' version 6 is on disk but not served.
+    assert server.get("/v1/models/digits/versions/6").status_code == 404
+    # An unknown model names those served, on every protocol.
+    r = server.post("/v1/models/nope:predict", json={"instances": X.tolist()})
+    assert r.status_code == 404 and r.json() == {
+        "error": 'model "nope" not found; this server serves "ctr", "digits"'}
+    assert server.get("/v2/models/nope").status_code == 404
+    code, message = code_of(lambda: server.grpc_call(
+        "PredictionService", "Predict", predict_request(X, name="nope"), pb.PredictResponse))
+    assert code == grpc.StatusCode.NOT_FOUND
+    assert message == "Servable not found for request: Latest(nope)"
+    # Server-wide routes see every model.
+    assert server.get("/healthz").status_code == 200
+    assert server.get("/v2/health/ready").status_code == 200
+    assert server.get("/v2").json()["name"] == "ckptsync"
+    metrics = server.get("/metrics").text
+    assert 'ckptsync_served_version{model="ctr"} 3.0' in metrics
+    assert 'ckptsync_served_version{model="digits"} 5.0' in metrics
+    # Each model's own metrics, labelled with its name, in one family per metric.
+    assert 'ckptsync_http_requests_total{code="200",model="digits",route="predict"} 1.0' \
+        in metrics
+    assert 'ckptsync_http_requests_total{code="404",model="digits",route="status"} 1.0' \
+        in metrics
+    assert metrics.count("# TYPE ckptsync_http_requests_total counter") == 1
+    assert 'ckptsync_config_reloads_total{result="success"} 1.0' in metrics
+    health = health_pb2_grpc.HealthStub(server.channel)
+    for service in ("", "ctr", "digits"):
+        assert health.Check(health_pb2.HealthCheckRequest(service=service), timeout=30).status \
+            == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_a_changed_config_file_adds_and_removes_models_without_dropping_the_others(
+        start, tmp_path):
+    server = start(model_config(tmp_path, {"a": ""}))
+    publish(tmp_path / "ckpts-a", 2)
+    publish(tmp_path / "ckpts-b", 4)
+    server.wait_ready({"a": 2})
+    stop, failures, answered = threading.Event(), [], [0]
+
+    def load() -> None:  # model a is asked all along: no request of it may fail
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            while not stop.is_set():
+                r = client.post("/v1/models/a:predict", json={"instances": X.tolist()})
+                if r.status_code != 200 or r.headers["x-model-version"] != "2":
+                    failures.append((r.status_code, r.text))
+                answered[0] += 1
+
+    thread = threading.Thread(target=load)
+    thread.start()
+    try:
+        config = tmp_path / "models.config"
+        write_config(config, model_config(tmp_path, {"a": "", "b": ""}))
+        server.wait_ready({"a": 2, "b": 4})
+        # A broken config is logged and changes nothing.
+        write_config(config, model_config(tmp_path, {"a": "", "b": ""}).replace(
+            'model_file: "', 'model_file: "/nonexistent'))
+        write_config(config, "model_config_list { config { name: 'a' ")
+        time.sleep(0.3)  # several polls of the file: the models must stay as they were
+        server.wait_ready({"a": 2, "b": 4})
+        write_config(config, model_config(tmp_path, {"b": ""}))
+        deadline = time.monotonic() + 60
+        while server.get("/v1/models/a").status_code != 404:
+            assert time.monotonic() < deadline, "model a was not removed"
+            time.sleep(0.02)
+        stop.set()
+        thread.join(timeout=60)
+        # Requests to a after its removal are 404: count only those before.
+        before_removal = [f for f in failures if f[0] != 404]
+        assert not before_removal, before_removal[:3]
+        assert answered[0] > 0
+        server.wait_ready({"b": 4})
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    failed = re.search(r'ckptsync_config_reloads_total\{result="failure"\} ([0-9.]+)',
+                       server.get("/metrics").text)
+    assert failed and float(failed.group(1)) >= 1  # the broken configs were counted
+
+
+def test_version_labels_route_rest_and_grpc_and_move_only_to_available_versions(
+        start, tmp_path):
+    summaries = tmp_path / "summaries"
+    server = start(model_config(tmp_path, {
+        "a": 'version_labels { key: "stable" value: 3 } '
+             'version_labels { key: "canary" value: 9 }'}), "--summary-dir", str(summaries))
+    publish(tmp_path / "ckpts-a", 3)
+    server.wait_ready({"a": 3})
+    r = server.post("/v1/models/a/labels/stable:predict", json={"instances": X.tolist()})
+    assert r.status_code == 200 and r.headers["x-model-version"] == "3"
+    assert server.get("/v1/models/a/labels/stable").json()["model_version_status"][0][
+        "version"] == "3"
+    # canary names 9, which has not been AVAILABLE: 503, and gRPC UNAVAILABLE.
+    r = server.post("/v1/models/a/labels/canary:predict", json={"instances": X.tolist()})
+    assert r.status_code == 503 and "has not been AVAILABLE yet" in r.json()["error"]
+    code, _ = code_of(lambda: server.grpc_call("PredictionService", "Predict", predict_request(
+        name="a", version_label="canary"), pb.PredictResponse))
+    assert code == grpc.StatusCode.UNAVAILABLE
+    # An unknown label: TF Serving's INVALID_ARGUMENT (400 on REST).
+    r = server.post("/v1/models/a/labels/nope:predict", json={"instances": X.tolist()})
+    assert r.status_code == 400 and "Unrecognized servable version label: nope" in r.text
+    response = server.grpc_call("PredictionService", "Predict", predict_request(
+        name="a", version_label="stable"), pb.PredictResponse)
+    assert response.model_spec.version.value == 3
+    # 9 is published and served: canary moves to it; stable's 3 is no longer served.
+    publish(tmp_path / "ckpts-a", 9)
+    server.wait_ready({"a": 9})
+    response = server.grpc_call("PredictionService", "Predict", predict_request(
+        name="a", version_label="canary"), pb.PredictResponse)
+    assert response.model_spec.version.value == 9
+    assert server.get("/readyz").json()["models"]["a"]["version_labels"] == {
+        "stable": 3, "canary": 9}
+    r = server.post("/v1/models/a/labels/stable:predict", json={"instances": X.tolist()})
+    assert r.status_code == 404
+    # --summary-dir: each model's event files under <dir>/<name>.
+    deadline = time.monotonic() + 30
+    while not list((summaries / "a").glob("events.out.tfevents.*")):
+        assert time.monotonic() < deadline, "no summaries for model a"
+        time.sleep(0.05)
+
+
+def test_reload_config_over_grpc_needs_the_admin_token_and_is_all_or_nothing(
+        start, tmp_path):
+    server = start(model_config(tmp_path, {"a": ""}), "--admin-token", "s3cret",
+                   "--model-config-file-poll-wait-s", "0")
+    publish(tmp_path / "ckpts-a", 2)
+    publish(tmp_path / "ckpts-b", 8)
+    server.wait_ready({"a": 2})
+    request = pb.ReloadConfigRequest()
+    from google.protobuf import text_format
+
+    text_format.Parse(model_config(tmp_path, {"a": "", "b": ""}), request.config)
+
+    def reload(req, token=None):
+        metadata = None if token is None else [("authorization", f"Bearer {token}")]
+        return server.grpc_call("ModelService", "HandleReloadConfigRequest", req,
+                                pb.ReloadConfigResponse, metadata)
+
+    assert code_of(lambda: reload(request))[0] == grpc.StatusCode.UNAUTHENTICATED
+    assert code_of(lambda: reload(request, "wrong"))[0] == grpc.StatusCode.PERMISSION_DENIED
+    assert reload(request, "s3cret").status.error_code == 0
+    server.wait_ready({"a": 2, "b": 8})
+    broken = pb.ReloadConfigRequest()
+    text_format.Parse(model_config(tmp_path, {"c": ""}), broken.config)
+    broken.config.model_config_list.config[0].model_file = str(tmp_path / "missing.py")
+    code, message = code_of(lambda: reload(broken, "s3cret"))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "missing.py is not a file" in message
+    server.wait_ready({"a": 2, "b": 8})
+    # GetModelStatus by name.
+    status = pb.GetModelStatusRequest()
+    status.model_spec.name = "b"
+    got = server.grpc_call("ModelService", "GetModelStatus", status, pb.GetModelStatusResponse)
+    assert [(s.version, s.state) for s in got.model_version_status] == [
+        (8, pb.MODEL_STATES["AVAILABLE"])]
+
+
+def test_reload_config_over_grpc_is_refused_without_an_admin_token(start, tmp_path):
+    server = start(model_config(tmp_path, {"a": ""}))
+    request = pb.ReloadConfigRequest()
+    code, message = code_of(lambda: server.grpc_call(
+        "ModelService", "HandleReloadConfigRequest", request, pb.ReloadConfigResponse,
+        [("authorization", "Bearer x")]))
+    assert code == grpc.StatusCode.PERMISSION_DENIED and "--admin-token" in message
+
+
+def test_bad_model_config_flags_are_one_line_usage_errors(tmp_path, model_file):
+    config = tmp_path / "models.config"
+    config.write_text(model_config(tmp_path, {"a": ""}))
+    cases = [
+        (["--model-config-file", str(config), "--model", str(model_file)],
+         "--model-config-file names the models", 2),
+        ([], "Missing option '--model'", 2),
+        (["--model-config-file", str(tmp_path / "nope.config")], "cannot read the model "
+         "config file", 2),
+    ]
+    (tmp_path / "broken.config").write_text("model_config_list { config { name: 'a' ")
+    cases.append((["--model-config-file", str(tmp_path / "broken.config")],
+                  "is not a ModelServerConfig in text format", 2))
+    (tmp_path / "raises.py").write_text("def build_net(graph, device, mode):\n"
+                                        "    raise RuntimeError('no graph today')\n")
+    (tmp_path / "raises.config").write_text(model_config(tmp_path, {"a": ""}).replace(
+        "mlp.py", "raises.py"))
+    cases.append((["--model-config-file", str(tmp_path / "raises.config")],
+                  'model "a": cannot build the model from', None))
+    for args, message, code in cases:
+        result = run_infer("serve", "--port", "0", "--grpc-port", "0", *args)
+        lines = result.stderr.strip().splitlines()
+        assert message in result.stderr, (args, result.stderr)
+        assert result.returncode == (code or result.returncode) and result.returncode != 0
+        assert "Traceback" not in result.stderr and len(lines) <= 3, result.stderr
