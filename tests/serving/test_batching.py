@@ -32,9 +32,11 @@ class RecordingMLP(MLPServable):
     def __init__(self):
         super().__init__(two_outputs=True)
         self.rows: list[int] = []
+        self.threads: list[int] = []  # the thread of each forward
 
     def run(self, params, inputs):
         self.rows.append(inputs["x"].shape[0])
+        self.threads.append(threading.get_ident())
         return super().run(params, inputs)
 
 
@@ -83,6 +85,40 @@ def test_concurrent_requests_run_as_one_forward_and_get_exactly_their_rows(manag
         np.testing.assert_array_equal(outputs["classes"],
                                       whole["classes"][start:start + len(x)])
         start += len(x)
+
+
+@pytest.mark.parametrize("timeout_micros", [0, 10_000_000])
+def test_small_batches_run_on_the_event_loop_with_the_requests_of_one_iteration(
+        manager, timeout_micros):
+    # No timeout: the requests that reach the scheduler in one loop iteration form one
+    # batch, run at the iteration's end; a timeout: the batch runs once full.
+    scheduler = BatchScheduler(manager, BatchingOptions(
+        max_batch_size=12, batch_timeout_micros=timeout_micros, num_batch_threads=1),
+        inline_max_bytes=1 << 18)
+    try:
+        xs = [rows(n, i) for i, n in enumerate([1, 3, 2, 1, 4, 1])]
+        results = run_all(scheduler, xs)
+    finally:
+        scheduler.close()
+    assert manager.servable.rows == [12] and scheduler.batches_run == 1
+    assert manager.servable.threads == [threading.get_ident()]  # asyncio.run's thread
+    whole = MLPServable(two_outputs=True).run(mlp_params(3), {"x": np.concatenate(xs)})
+    np.testing.assert_array_equal(np.concatenate([r[0]["logits"] for r in results]),
+                                  whole["logits"])
+
+
+def test_a_batch_over_the_inline_bound_runs_on_a_batch_thread(manager):
+    scheduler = BatchScheduler(manager, BatchingOptions(
+        max_batch_size=64, batch_timeout_micros=0, num_batch_threads=1),
+        inline_max_bytes=4 * 4 * 4)  # 4 rows of 4 float32
+    try:
+        small, big = run_all(scheduler, [rows(2, 0)]), run_all(scheduler, [rows(9, 1)])
+    finally:
+        scheduler.close()
+    assert manager.servable.rows == [2, 9]
+    loop_thread = threading.get_ident()
+    assert manager.servable.threads[0] == loop_thread != manager.servable.threads[1]
+    assert small[0][1] == big[0][1] == 3
 
 
 def test_a_batch_is_padded_to_the_next_allowed_size_and_the_padding_dropped(manager):

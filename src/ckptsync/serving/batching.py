@@ -2,9 +2,12 @@
 Serving's ``--enable_batching`` (its ``BatchingParameters`` and their meaning).
 
 A request's inputs join the open batch of its (signature, requested version); a batch is
-run when a batch thread is free and it is full (``max_batch_size`` rows) or its oldest
-request has waited ``batch_timeout_micros`` (0: at once, so batches grow only while every
-thread is busy). A batch runs on one snapshot, so it never mixes versions: its inputs are
+run when it is full (``max_batch_size`` rows) or its oldest request has waited
+``batch_timeout_micros`` (0: at once, so a batch holds the requests that reached the
+scheduler in the same event-loop iteration, and grows while every thread is busy). A
+small batch (``inline_max_bytes`` of inputs) runs on the event loop, the moment it is
+due (with no timeout: at the end of that iteration); a big one when a batch thread is
+free. A batch runs on one snapshot, so it never mixes versions: its inputs are
 concatenated along dim 0, padded to the smallest of ``allowed_batch_sizes`` that holds
 them (the last row repeated; the padding's outputs are dropped), run, and split back.
 When ``max_enqueued_batches`` batches are waiting, a request that would open another is
@@ -14,7 +17,7 @@ refused at once (:class:`~ckptsync.errors.ResourceExhaustedError`: HTTP 429, gRP
 all batch-major (dim 0 of any size) runs unbatched.
 
 Thread-safety: :meth:`BatchScheduler.run` is awaited on the server's event loop only;
-batches run on ``num_batch_threads`` threads.
+big batches run on ``num_batch_threads`` threads.
 """
 
 from __future__ import annotations
@@ -136,6 +139,7 @@ class _Batch:
     key: tuple[str, int | None]
     tasks: list[_Task] = field(default_factory=list)
     rows: int = 0
+    nbytes: int = 0
     opened_s: float = field(default_factory=time.monotonic)
 
 
@@ -149,12 +153,20 @@ class BatchScheduler:
             and ``ckptsync_batch_latency_seconds`` (a request's time in the scheduler:
             waiting for its batch, then the batch's forward); None: a registry of its own.
 
+        inline_max_bytes: a batch whose inputs hold at most this many bytes runs on the
+            event loop the moment it is due (a thread hop
+            costs more than such a forward, and the batch thread would compete with the
+            loop for the interpreter lock); bigger batches run on the batch threads. The
+            HTTP app passes its ``inline_max_body_bytes`` (256 KiB); 0: always threads.
+
     Call :meth:`close` when done (it stops the batch threads).
     """
 
     def __init__(self, manager: ModelManager, options: BatchingOptions,
-                 registry: CollectorRegistry | None = None):
+                 registry: CollectorRegistry | None = None, inline_max_bytes: int = 0):
         self.manager, self.options = manager, options
+        self.inline_max_bytes = inline_max_bytes
+        self._inline_pending = False
         registry = registry if registry is not None else CollectorRegistry()
         self._sizes = Histogram("ckptsync_batch_size", "Rows per batch run",
                                 buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
@@ -208,32 +220,78 @@ class BatchScheduler:
         future = asyncio.get_running_loop().create_future()
         batch.tasks.append(_Task(inputs, rows, future))
         batch.rows += rows
+        batch.nbytes += sum(a.nbytes for a in inputs.values())
         if batch.rows == limit:
             self._ready.append(self._open.pop(key))
         self._dispatch()
         return await future
 
     def _dispatch(self) -> None:
-        """Starts batches on free threads: full ones first, then any whose oldest request
-        has waited the timeout; sets a timer for the next to time out."""
+        """Starts the batches that may run: full ones first, then any whose oldest
+        request has waited the timeout; a small batch (``inline_max_bytes``) here on the
+        event loop (with no timeout: at the end of this iteration, so the iteration's
+        requests join it), a big one on a free thread. Sets a timer for the next to time
+        out."""
         loop = asyncio.get_running_loop()
-        timeout_s = self.options.batch_timeout_micros * 1e-6
-        while self._busy < self.options.num_batch_threads:
-            if not self._ready:
-                now = time.monotonic()
-                due = [b for b in self._open.values() if now - b.opened_s >= timeout_s]
-                if not due:
-                    break
-                oldest = min(due, key=lambda b: b.opened_s)
-                self._ready.append(self._open.pop(oldest.key))
-            batch = self._ready.pop(0)
+        defer = self.options.batch_timeout_micros == 0
+        while True:
+            batch = self._next_batch(self._busy >= self.options.num_batch_threads, defer)
+            if batch is None:
+                break
+            if batch.nbytes <= self.inline_max_bytes:
+                self._run_now(batch)
+                continue
             self._busy += 1
             job = loop.run_in_executor(self._pool, self._run_batch, batch)
             job.add_done_callback(functools.partial(self._finished, batch=batch))
-        if self._open and self._timer is None and self._busy < self.options.num_batch_threads:
-            first = min(b.opened_s for b in self._open.values())
+        if defer and not self._inline_pending and any(
+                b.nbytes <= self.inline_max_bytes for b in self._open.values()):
+            self._inline_pending = True
+            loop.call_soon(self._run_inline)
+        threads_free = self._busy < self.options.num_batch_threads
+        waiting = [b.opened_s for b in self._open.values()
+                   if threads_free or (b.nbytes <= self.inline_max_bytes and not defer)]
+        if waiting and self._timer is None:  # else a finishing batch dispatches again
+            timeout_s = self.options.batch_timeout_micros * 1e-6
+            first = min(waiting)
             self._timer = loop.call_later(max(0.0, first + timeout_s - time.monotonic()),
                                           self._on_timer)
+
+    def _next_batch(self, inline_only: bool, defer_inline: bool) -> _Batch | None:
+        """The next batch to run (taken from the queue), or None: the first ready one,
+        else the oldest open one that has waited the timeout. ``inline_only``: only one
+        small enough to run inline; ``defer_inline``: not an open one that small."""
+        inline = self.inline_max_bytes
+        for i, batch in enumerate(self._ready):
+            if not inline_only or batch.nbytes <= inline:
+                return self._ready.pop(i)
+        timeout_s = self.options.batch_timeout_micros * 1e-6
+        now = time.monotonic()
+        due = [b for b in self._open.values() if now - b.opened_s >= timeout_s
+               and (b.nbytes <= inline if inline_only else True)
+               and not (defer_inline and b.nbytes <= inline)]
+        if not due:
+            return None
+        return self._open.pop(min(due, key=lambda b: b.opened_s).key)
+
+    def _run_inline(self) -> None:
+        """On the event loop, at the end of an iteration: runs every small open batch
+        (with no timeout, those that came in this iteration), then dispatches the rest."""
+        self._inline_pending = False
+        while True:
+            batch = self._next_batch(inline_only=True, defer_inline=False)
+            if batch is None:
+                break
+            self._run_now(batch)
+        self._dispatch()
+
+    def _run_now(self, batch: _Batch) -> None:
+        """Runs a small batch here, on the event loop, and answers its requests."""
+        try:
+            results, error = self._run_batch(batch), None
+        except Exception as e:  # the batch's requests get it
+            results, error = None, e
+        self._complete(batch, results, error)
 
     def _on_timer(self) -> None:
         self._timer = None
@@ -241,13 +299,18 @@ class BatchScheduler:
 
     def _finished(self, job: asyncio.Future[list[Any]], batch: _Batch) -> None:
         self._busy -= 1
+        error = job.exception()
+        self._complete(batch, None if error is not None else job.result(), error)
+        self._dispatch()
+
+    def _complete(self, batch: _Batch, results: list[Any] | None,
+                  error: BaseException | None) -> None:
+        """Answers a run batch's requests with their results or its error."""
         self.batches_run += 1
         self._sizes.observe(batch.rows)
         now = time.perf_counter()
         for task in batch.tasks:
             self._latency.observe(now - task.enqueued_s)
-        error = job.exception()
-        results = None if error is not None else job.result()
         for i, task in enumerate(batch.tasks):
             if task.future.done():  # its caller was cancelled
                 continue
@@ -256,7 +319,6 @@ class BatchScheduler:
             else:
                 assert results is not None
                 task.future.set_result(results[i])
-        self._dispatch()
 
     def _run_batch(self, batch: _Batch) -> list[tuple[dict[str, np.ndarray], int]]:
         """On a batch thread: one snapshot, one forward, outputs split per task."""

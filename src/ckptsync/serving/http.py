@@ -445,7 +445,8 @@ def create_app(
                               {k: v for k, v in given.items() if v is not None}, "create_app")
     api = RestApi(manager, model_name, options)
     if batching is not None:
-        api.batcher = BatchScheduler(manager, batching, api.registry)
+        api.batcher = BatchScheduler(manager, batching, api.registry,
+                                     options.inline_max_body_bytes)
     ep = api.endpoint
     model, version = "/v1/models/{name}", "/v1/models/{name}/versions/{version:digits}"
     # POST .../{name}[/versions/{v}]:predict never reaches these: PredictHandler answers it.
