@@ -76,15 +76,20 @@ def start(tmp_path, model_file) -> Iterator:
 
     yield _start
     for s in servers:
-        s.channel.close()
-        s.proc.terminate()
-        try:
-            assert s.proc.wait(timeout=30) == 0
-        finally:
-            if s.proc.poll() is None:
-                s.proc.kill()
-                s.proc.wait(timeout=10)
-            s.proc.stderr.close()
+        stop_server(s)
+
+
+def stop_server(server) -> None:
+    """Closes ``server.channel``, SIGTERMs ``server.proc`` and asserts a clean exit 0."""
+    server.channel.close()
+    server.proc.terminate()
+    try:
+        assert server.proc.wait(timeout=30) == 0
+    finally:
+        if server.proc.poll() is None:
+            server.proc.kill()
+            server.proc.wait(timeout=10)
+        server.proc.stderr.close()
 
 
 def predict_request(x: np.ndarray = X, **spec) -> object:

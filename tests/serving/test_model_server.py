@@ -23,7 +23,7 @@ from ckptsync.serving.tensor_proto import make_ndarray
 
 from .conftest import MLPServable, mlp_params, publish
 from .test_cli import infer, run_infer, wait_for_port
-from .test_grpc import code_of, free_port, predict_request
+from .test_grpc import code_of, free_port, predict_request, stop_server
 
 X = np.random.default_rng(11).standard_normal((2, 4)).astype(np.float32)
 
@@ -90,15 +90,7 @@ def start(tmp_path, model_file) -> Iterator:
 
     yield _start
     for s in servers:
-        s.channel.close()
-        s.proc.terminate()
-        try:
-            assert s.proc.wait(timeout=30) == 0
-        finally:
-            if s.proc.poll() is None:
-                s.proc.kill()
-                s.proc.wait(timeout=10)
-            s.proc.stderr.close()
+        stop_server(s)
 
 
 def logits(step: int) -> np.ndarray:

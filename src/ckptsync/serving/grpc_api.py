@@ -50,13 +50,41 @@ from .options import HttpOptions
 from .servable import DEFAULT_SIGNATURE, Signature, validate_inputs
 from .tensor_proto import fill_tensor_proto, make_ndarray, tf_dtype
 
-__all__ = ["TfServingGrpc", "serve_grpc", "start_grpc_server", "track_health"]
+__all__ = ["TfServingGrpc", "serve_grpc", "start_grpc_server", "tf_serving_handlers",
+           "track_health"]
 
 logger = logging.getLogger("ckptsync.serving.grpc")
 
 # TF's canonical codes are gRPC's, number for number.
 _STATUS = {code.value[0]: code for code in grpc.StatusCode}
 _HEALTH_POLL_S = 0.25  # how often the health service looks at the manager
+
+
+def tf_serving_handlers(predict: Callable[..., Any], get_model_metadata: Callable[..., Any],
+                        get_model_status: Callable[..., Any],
+                        reload_config: Callable[..., Any] | None = None
+                        ) -> list[grpc.GenericRpcHandler]:
+    """grpcio handlers of ``PredictionService`` (``Predict``, ``GetModelMetadata``) and
+    ``ModelService`` (``GetModelStatus`` and, when given, ``HandleReloadConfigRequest``)
+    calling these coroutine functions ``(request, context) -> response``."""
+    def unary(fn: Callable[..., Any], request: Any, response: Any) -> Any:
+        return grpc.unary_unary_rpc_method_handler(
+            fn, request_deserializer=request.FromString,
+            response_serializer=response.SerializeToString)
+
+    model_service = {"GetModelStatus": unary(get_model_status, pb.GetModelStatusRequest,
+                                             pb.GetModelStatusResponse)}
+    if reload_config is not None:
+        model_service["HandleReloadConfigRequest"] = unary(
+            reload_config, pb.ReloadConfigRequest, pb.ReloadConfigResponse)
+    return [
+        grpc.method_handlers_generic_handler("tensorflow.serving.PredictionService", {
+            "Predict": unary(predict, pb.PredictRequest, pb.PredictResponse),
+            "GetModelMetadata": unary(get_model_metadata, pb.GetModelMetadataRequest,
+                                      pb.GetModelMetadataResponse),
+        }),
+        grpc.method_handlers_generic_handler("tensorflow.serving.ModelService", model_service),
+    ]
 
 
 class _Abort(Exception):
@@ -111,22 +139,8 @@ class TfServingGrpc:
     # ------------------------------------------------------------------ services
     def handlers(self) -> list[grpc.GenericRpcHandler]:
         """grpcio handlers of ``PredictionService`` and ``ModelService``."""
-        def unary(fn: Callable[..., Any], request: Any, response: Any) -> Any:
-            return grpc.unary_unary_rpc_method_handler(
-                fn, request_deserializer=request.FromString,
-                response_serializer=response.SerializeToString)
-
-        return [
-            grpc.method_handlers_generic_handler("tensorflow.serving.PredictionService", {
-                "Predict": unary(self.predict, pb.PredictRequest, pb.PredictResponse),
-                "GetModelMetadata": unary(self.get_model_metadata, pb.GetModelMetadataRequest,
-                                          pb.GetModelMetadataResponse),
-            }),
-            grpc.method_handlers_generic_handler("tensorflow.serving.ModelService", {
-                "GetModelStatus": unary(self.get_model_status, pb.GetModelStatusRequest,
-                                        pb.GetModelStatusResponse),
-            }),
-        ]
+        return tf_serving_handlers(self.predict, self.get_model_metadata,
+                                   self.get_model_status)
 
     async def _call(self, method: str, context: Any, fn: Callable[[], Any]) -> Any:
         """Runs ``fn`` (a coroutine function) and answers its result or its error."""

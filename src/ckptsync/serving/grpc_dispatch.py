@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-from collections.abc import Callable
 from typing import Any
 
 import grpc
 
 from .. import errors
 from . import tfs_protos as pb
+from .grpc_api import tf_serving_handlers
 from .model_config import entries_from_proto
 from .model_server import ModelBuildError, ModelServer, ServedModel
 
@@ -45,24 +45,8 @@ class ModelServerGrpc:
 
     def handlers(self) -> list[grpc.GenericRpcHandler]:
         """grpcio handlers of ``PredictionService`` and ``ModelService``."""
-        def unary(fn: Callable[..., Any], request: Any, response: Any) -> Any:
-            return grpc.unary_unary_rpc_method_handler(
-                fn, request_deserializer=request.FromString,
-                response_serializer=response.SerializeToString)
-
-        return [
-            grpc.method_handlers_generic_handler("tensorflow.serving.PredictionService", {
-                "Predict": unary(self.predict, pb.PredictRequest, pb.PredictResponse),
-                "GetModelMetadata": unary(self.get_model_metadata, pb.GetModelMetadataRequest,
-                                          pb.GetModelMetadataResponse),
-            }),
-            grpc.method_handlers_generic_handler("tensorflow.serving.ModelService", {
-                "GetModelStatus": unary(self.get_model_status, pb.GetModelStatusRequest,
-                                        pb.GetModelStatusResponse),
-                "HandleReloadConfigRequest": unary(self.reload_config, pb.ReloadConfigRequest,
-                                                   pb.ReloadConfigResponse),
-            }),
-        ]
+        return tf_serving_handlers(self.predict, self.get_model_metadata,
+                                   self.get_model_status, self.reload_config)
 
     def statuses(self) -> dict[str, bool]:
         """The health service's view: each model's name -> serving; ``""`` -> all serve."""
