@@ -276,6 +276,8 @@ def serve(
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if batching is not None:
+        logger.info("request batching on: %s", batching)
     if admin_token is not None and tls is None and not is_loopback(host):
         logger.warning("--admin-token is sent in the clear: --host %s is not a loopback "
                        "address and TLS is off (--ssl-certfile/--ssl-keyfile)", host)

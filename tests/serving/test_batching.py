@@ -238,6 +238,28 @@ def test_tf_servings_batching_parameters_text_format():
         BatchingOptions(num_batch_threads=0)
 
 
+@pytest.mark.parametrize("field, accepted", [
+    ('thread_pool_name { value: "batch" }', True),
+    ("pad_variable_length_inputs: false", True),
+    ("enable_large_batch_splitting { value: false }", True),
+    ("max_execution_batch_size { value: 64 }", True),
+    ('batch_padding_policy { value: "PAD_UP" }', True),
+    ("pad_variable_length_inputs: true", False),
+    ("enable_large_batch_splitting { value: true }", False),
+    ("max_execution_batch_size { value: 16 }", False),
+    ('batch_padding_policy { value: "MINIMIZE_TPU_COST_PER_REQUEST" }', False),
+])
+def test_tf_servings_other_batching_parameters_are_known_and_refused_unless_moot(
+        field, accepted):
+    text = f"max_batch_size {{ value: 64 }}\n{field}\n"
+    if accepted:
+        assert BatchingOptions.from_text(text).max_batch_size == 64
+        return
+    with pytest.raises(errors.InvalidArgumentError,
+                       match=r"f.txt: .* is TF Serving's but not supported by ckptsync"):
+        BatchingOptions.from_text(text, "f.txt")
+
+
 def test_the_batching_flags_are_checked_before_serving(tmp_path, model_file):
     bad = tmp_path / "batching.txt"
     bad.write_text("max_batch_size { value: 0 }")

@@ -16,7 +16,7 @@ from ckptsync.serving.model_config import (
 )
 from ckptsync.serving.model_server import ModelBuildError, ModelServer, ServerOptions
 
-from .conftest import MLPServable, publish
+from .conftest import MLPServable, publish, wait_until
 
 
 def config(*models: str) -> str:
@@ -166,7 +166,7 @@ def test_a_reload_that_fails_to_build_a_model_changes_nothing(tmp_path, server):
 def test_a_label_moves_only_to_an_available_version(tmp_path, server):
     server.reload([entry(tmp_path, "a", labels={"stable": 3})])
     a = server.model("a")
-    with pytest.raises(errors.UnavailableError, match="has not been AVAILABLE yet"):
+    with pytest.raises(errors.UnavailableError, match="has not been AVAILABLE since the label was set"):
         a.resolve_label("stable")
     with pytest.raises(errors.InvalidArgumentError,
                        match="Unrecognized servable version label: canary"):
@@ -191,6 +191,22 @@ def test_a_label_moves_only_to_an_available_version(tmp_path, server):
     server.reload([entry(tmp_path, "a", labels={"canary": 5})])
     with pytest.raises(errors.InvalidArgumentError):
         a.resolve_label("stable")
+
+
+def test_a_label_set_by_a_reload_moves_while_its_version_is_served_without_a_request(
+        tmp_path, server):
+    server.reload([entry(tmp_path, "a")])
+    a = server.model("a")
+    publish(tmp_path / "ckpts-a", 1)
+    a.manager.wait_for_version(1, timeout_s=30)
+    assert server.reload([entry(tmp_path, "a", labels={"next": 5})])  # a warning: waits
+    assert a.pending_labels() == {"next": 5}
+    publish(tmp_path / "ckpts-a", 5)
+    # Nothing asks for the label: it moves when 5 is served, by itself.
+    wait_until(lambda: not a.pending_labels(), timeout_s=30)
+    publish(tmp_path / "ckpts-a", 6)
+    a.manager.wait_for_version(6, timeout_s=30)
+    assert a.labels() == {"next": 5}  # stays where it moved, though 5 is gone now
 
 
 def test_a_closed_server_refuses_reloads(tmp_path, server):

@@ -143,6 +143,7 @@ def test_two_models_serve_their_own_checkpoints_on_every_protocol(start, tmp_pat
         in metrics
     assert metrics.count("# TYPE ckptsync_http_requests_total counter") == 1
     assert 'ckptsync_config_reloads_total{result="success"} 1.0' in metrics
+    assert 'ckptsync_unrouted_requests_total{code="404"} 2.0' in metrics  # the two "nope"s
     health = health_pb2_grpc.HealthStub(server.channel)
     for service in ("", "ctr", "digits"):
         assert health.Check(health_pb2.HealthCheckRequest(service=service), timeout=30).status \
@@ -211,7 +212,7 @@ def test_version_labels_route_rest_and_grpc_and_move_only_to_available_versions(
         "version"] == "3"
     # canary names 9, which has not been AVAILABLE: 503, and gRPC UNAVAILABLE.
     r = server.post("/v1/models/a/labels/canary:predict", json={"instances": X.tolist()})
-    assert r.status_code == 503 and "has not been AVAILABLE yet" in r.json()["error"]
+    assert r.status_code == 503 and "has not been AVAILABLE since the label was set" in r.json()["error"]
     code, _ = code_of(lambda: server.grpc_call("PredictionService", "Predict", predict_request(
         name="a", version_label="canary"), pb.PredictResponse))
     assert code == grpc.StatusCode.UNAVAILABLE

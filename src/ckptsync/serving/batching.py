@@ -105,10 +105,34 @@ class BatchingOptions:
             "max_batch_size", "batch_timeout_micros", "max_enqueued_batches",
             "num_batch_threads") if proto.HasField(k)}
         kw["allowed_batch_sizes"] = tuple(proto.allowed_batch_sizes)
+        _refuse_unsupported(proto, kw.get("max_batch_size", cls.max_batch_size), source)
         try:
             return cls(**kw)
         except errors.InvalidArgumentError as e:
             raise errors.InvalidArgumentError(None, None, f"{source}: {e.message}") from None
+
+
+def _refuse_unsupported(proto: Any, max_batch_size: int, source: str) -> None:
+    """TF Serving's parameters this scheduler does not implement: refused when they ask
+    for something else than what it does (``thread_pool_name`` only names threads)."""
+    def refuse(what: str) -> None:
+        raise errors.InvalidArgumentError(None, None, f"{source}: {what} is TF Serving's but "
+                                          "not supported by ckptsync's batching")
+
+    if proto.pad_variable_length_inputs:
+        refuse("pad_variable_length_inputs: true (inputs are batched only when every row "
+               "has the signature's shape)")
+    if proto.HasField("enable_large_batch_splitting") and \
+            proto.enable_large_batch_splitting.value:
+        refuse("enable_large_batch_splitting (a request of more than max_batch_size rows "
+               "is refused, not split)")
+    if proto.HasField("max_execution_batch_size") and \
+            proto.max_execution_batch_size.value != max_batch_size:
+        refuse("max_execution_batch_size other than max_batch_size")
+    if proto.HasField("batch_padding_policy") and \
+            proto.batch_padding_policy.value not in ("", "PAD_UP"):
+        refuse(f'batch_padding_policy "{proto.batch_padding_policy.value}" (batches are '
+               "padded up, PAD_UP)")
 
 
 def run_unbatched(manager: ModelManager, signature_name: str, version: int | None,

@@ -111,6 +111,8 @@ class ServedModel:
         self._lock = threading.Lock()
         self._wanted: dict[str, int] = {}
         self._labels: dict[str, int] = {}
+        self._closed = threading.Event()
+        self._label_thread: threading.Thread | None = None
         self.set_labels(entry.version_labels)
 
     @property
@@ -130,6 +132,9 @@ class ServedModel:
 
     def close(self) -> None:
         """Stops the batcher, the summaries and the manager; idempotent."""
+        self._closed.set()
+        if self._label_thread is not None:
+            self._label_thread.join(timeout=10)
         batcher = self.app.state.batcher
         if batcher is not None:
             batcher.close()
@@ -144,7 +149,43 @@ class ServedModel:
         with self._lock:
             self._wanted = dict(labels)
             self._labels = {k: v for k, v in self._labels.items() if k in self._wanted}
-        return [w for w in (self._move(label) for label in labels) if w]
+        warnings = [w for w in (self._move(label) for label in labels) if w]
+        if warnings:
+            self._watch_labels()
+        return warnings
+
+    def _pending(self) -> list[int]:
+        with self._lock:
+            return [v for k, v in self._wanted.items() if self._labels.get(k) != v]
+
+    def _watch_labels(self) -> None:
+        """Moves waiting labels the moment their version is served (a thread that runs
+        while any label waits: a version may be served only briefly)."""
+        with self._lock:
+            if self._label_thread is not None and self._label_thread.is_alive():
+                return
+            self._label_thread = threading.Thread(
+                target=self._label_loop, name=f"ckptsync-labels-{self.name}", daemon=True)
+            self._label_thread.start()
+
+    def _label_loop(self) -> None:
+        while not self._closed.is_set():
+            pending = self._pending()
+            if not pending:
+                with self._lock:  # a set_labels racing this exit starts a new thread
+                    self._label_thread = None
+                return
+            served = self.manager.version
+            # Wakes at the swap that serves the lowest waiting version (or any newer);
+            # the 0.25 s bound catches a rollback to an older one and the close.
+            step = min((v for v in pending if served is None or v > served), default=None)
+            try:
+                self.manager.wait_for_version(step if step is not None else 2**63 - 1,
+                                              timeout_s=0.25)
+            except errors.DeadlineExceededError:
+                pass
+            for label in list(self._wanted):
+                self._move(label)
 
     def _move(self, label: str) -> str | None:
         """Moves ``label`` to its wanted version if that is AVAILABLE; else a warning."""
@@ -181,7 +222,8 @@ class ServedModel:
         if version is None:
             raise errors.UnavailableError(
                 None, None, f'version label "{label}" of model "{self.name}" names version '
-                f"{want}, which has not been AVAILABLE yet (served: {self.manager.version})")
+                f"{want}, which has not been AVAILABLE since the label was set (served: "
+                f"{self.manager.version})")
         return version
 
     def labels(self) -> dict[str, int]:
@@ -190,6 +232,11 @@ class ServedModel:
             self._move(label)
         with self._lock:
             return dict(self._labels)
+
+    def pending_labels(self) -> dict[str, int]:
+        """The labels waiting for their version to be AVAILABLE (label -> that version)."""
+        with self._lock:
+            return {k: v for k, v in self._wanted.items() if self._labels.get(k) != v}
 
 
 class ModelServer:

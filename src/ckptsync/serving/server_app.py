@@ -10,7 +10,9 @@ Routes::
     GET /v2/health/live   200     GET /v2/health/ready   200 when /readyz is, else 400
     GET /v2         server metadata
     GET /metrics    Prometheus text: every model's metrics, labelled ``model``, and the
-                    server's ``ckptsync_config_reloads_total{result}``
+                    server's ``ckptsync_config_reloads_total{result}`` and
+                    ``ckptsync_unrouted_requests_total{code}`` (unknown models, labels
+                    and routes)
 
 An unknown model is 404 ``{"error"}`` naming the models served; an unknown label is 400
 (TF Serving's "Unrecognized servable version label"), a label whose version has not been
@@ -59,6 +61,9 @@ class ServerApp:
     def __init__(self, server: ModelServer, on_shutdown: Any = None):
         self.server = server
         self._on_shutdown = on_shutdown or server.close
+        #: Answers no model's app gave (an unknown model or label, an unknown route), by
+        #: HTTP status; ``/metrics`` exports them.
+        self.unrouted: dict[int, int] = {}
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -79,6 +84,8 @@ class ServerApp:
         except errors.OpError as e:
             code, message, _ = map_error(e, scope.get("method", "GET"), path)
             status, body, content_type = code, {"error": message}, "application/json"
+        if status >= 400:
+            self.unrouted[status] = self.unrouted.get(status, 0) + 1
         data = body if isinstance(body, bytes) else dumps(body).encode()
         await send({"type": "http.response.start", "status": status, "headers": [
             (b"content-type", content_type.encode()),
@@ -131,7 +138,8 @@ class ServerApp:
             return 503, {"error": "; ".join(waiting) or "no model is configured"}, \
                 "application/json"
         return 200, {"status": "ready", "models": {
-            name: {"model_version": m.manager.version, "version_labels": m.labels()}
+            name: {"model_version": m.manager.version, "version_labels": m.labels(),
+                   "pending_version_labels": m.pending_labels()}
             for name, m in self.server.models.items()}}, "application/json"
 
     def _live(self) -> tuple[int, Any, str]:
@@ -148,7 +156,8 @@ class ServerApp:
                      "extensions": ["binary_tensor_data"]}, "application/json"
 
     def _metrics(self) -> tuple[int, Any, str]:
-        return 200, generate_latest(_MergedMetrics(self.server)), CONTENT_TYPE_LATEST
+        return 200, generate_latest(_MergedMetrics(self.server, self.unrouted)), \
+            CONTENT_TYPE_LATEST
 
     async def _lifespan(self, receive: Any, send: Any) -> None:
         while True:
@@ -165,8 +174,8 @@ class _MergedMetrics:
     """Every model's registry as one, each sample labelled with its ``model`` (for
     ``generate_latest``), plus the server's config reload counter."""
 
-    def __init__(self, server: ModelServer):
-        self._server = server
+    def __init__(self, server: ModelServer, unrouted: dict[int, int]):
+        self._server, self._unrouted = server, unrouted
 
     def collect(self) -> Iterable[Metric]:
         families: dict[str, Metric] = {}
@@ -183,6 +192,11 @@ class _MergedMetrics:
         for result, count in self._server.reloads.items():
             reloads.add_sample("ckptsync_config_reloads_total", {"result": result}, count)
         families[reloads.name] = reloads
+        unrouted = Metric("ckptsync_unrouted_requests", "HTTP requests no model answered (an "
+                          "unknown model, label or route), by status code", "counter")
+        for code, count in sorted(self._unrouted.items()):
+            unrouted.add_sample("ckptsync_unrouted_requests_total", {"code": str(code)}, count)
+        families[unrouted.name] = unrouted
         yield from families.values()
 
 

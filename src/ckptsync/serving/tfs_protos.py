@@ -235,6 +235,11 @@ def _serving() -> Any:
     _field(batching, "thread_pool_name", 5, "msg:.google.protobuf.StringValue")
     _field(batching, "allowed_batch_sizes", 6, "int64", repeated=True)
     _field(batching, "pad_variable_length_inputs", 7, "bool")
+    # Newer TF Serving fields, known by name so that a file using them gets "not
+    # supported" rather than "not TF Serving's" (only their text form is ever read).
+    _field(batching, "enable_large_batch_splitting", 8, "msg:.google.protobuf.BoolValue")
+    _field(batching, "max_execution_batch_size", 9, "msg:.google.protobuf.Int64Value")
+    _field(batching, "batch_padding_policy", 10, "msg:.google.protobuf.StringValue")
     return f
 
 
