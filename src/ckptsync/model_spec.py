@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import importlib.util
 import inspect
 import logging
@@ -102,21 +103,66 @@ class ModelFileError(CkptsyncValueError):
 def directory_on_path(path: str | os.PathLike[str]) -> Iterator[None]:
     """Puts the directory of the file ``path`` first on ``sys.path`` for the block (as
     ``python FILE`` does), so the file can ``import`` its siblings; removes that entry
-    afterwards (unless it was there already). Modules imported meanwhile stay imported.
+    afterwards (unless it was there already).
 
-    Thread-safety: ``sys.path`` is process-wide; a block running in another thread sees
-    the entry too.
+    The siblings imported meanwhile (a ``helpers.py`` or ``helpers/`` package beside the
+    file) belong to that directory: they leave ``sys.modules`` at the block's end and
+    come back for the next block of the same directory, so two model files in two
+    directories each get their own ``helpers`` (a server of several models), and the
+    module objects a file bound stay the ones it imported. Other modules imported
+    meanwhile (numpy, the standard library) stay imported.
+
+    Thread-safety: ``sys.path`` and ``sys.modules`` are process-wide; a block running in
+    another thread sees the entry and the siblings too.
     """
     directory = os.path.dirname(os.path.abspath(os.fspath(path)))
     added = directory not in sys.path
     if added:
         sys.path.insert(0, directory)
+    own = _SIBLINGS.setdefault(directory, {})
+    outermost = directory not in _ACTIVE
+    hidden: dict[str, Any] = {}
+    if outermost:  # a block inside one of the same directory changes nothing
+        _ACTIVE.add(directory)
+        hidden = {name: sys.modules.pop(name) for name in _sibling_names()
+                  if name in sys.modules and name not in own}
+        sys.modules.update(own)
+    before = set(sys.modules)
     try:
         yield
     finally:
+        if outermost:
+            _ACTIVE.discard(directory)
+            for name in set(sys.modules) - before:
+                if _is_sibling(name, sys.modules[name], directory):
+                    own[name] = sys.modules[name]
+            for name in own:
+                sys.modules.pop(name, None)
+            sys.modules.update(hidden)
         if added:
             with contextlib.suppress(ValueError):
                 sys.path.remove(directory)
+
+
+# directory -> {module name: module}: the siblings each user file's directory imported;
+# the directories whose block is running.
+_SIBLINGS: dict[str, dict[str, Any]] = {}
+_ACTIVE: set[str] = set()
+
+
+def _sibling_names() -> set[str]:
+    return {name for modules in _SIBLINGS.values() for name in modules}
+
+
+def _is_sibling(name: str, module: Any, directory: str) -> bool:
+    """Whether ``module`` was found in ``directory`` itself (``<dir>/<top>.py`` or the
+    package ``<dir>/<top>/``), not in a library below it (a ``.venv`` inside it)."""
+    file = getattr(module, "__file__", None)
+    if not file:
+        return False
+    top = os.path.join(directory, name.split(".")[0])
+    file = os.path.abspath(file)
+    return file == top + ".py" or file.startswith(top + os.sep)
 
 
 def load_python_file(path: str | os.PathLike[str], what: str,
@@ -136,7 +182,10 @@ def load_python_file(path: str | os.PathLike[str], what: str,
     p = os.fspath(path)
     if not os.path.isfile(p):
         raise error(f"{what} not found: {p}")
-    name = "ckptsync_user_" + os.path.splitext(os.path.basename(p))[0].replace("-", "_")
+    # Named after the file and its path: two model.py files of two models are two modules.
+    stem = os.path.splitext(os.path.basename(p))[0].replace("-", "_")
+    digest = hashlib.sha1(os.path.abspath(p).encode("utf-8", "surrogateescape")).hexdigest()
+    name = f"ckptsync_user_{stem}_{digest[:8]}"
     spec = importlib.util.spec_from_file_location(name, p)
     if spec is None or spec.loader is None:
         raise error(f"{what} {p} is not a Python file (expected a .py file).")

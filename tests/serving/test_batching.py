@@ -8,6 +8,7 @@ import asyncio
 import subprocess
 import threading
 
+import httpx
 import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
@@ -22,8 +23,8 @@ from ckptsync.serving.batching import (
     run_unbatched,
 )
 
-from .conftest import MLPServable, mlp_params, publish, wait_until
-from .test_cli import run_infer
+from .conftest import MODEL_SOURCE, MLPServable, mlp_params, publish, wait_until
+from .test_cli import infer, run_infer, wait_for_port
 
 
 class RecordingMLP(MLPServable):
@@ -272,3 +273,43 @@ def test_the_batching_flags_are_checked_before_serving(tmp_path, model_file):
                   "--grpc-port", "0", "--batching-parameters-file", str(bad))
     assert r.returncode == 2 and "takes effect only with --enable-batching" in r.stderr
     assert isinstance(r, subprocess.CompletedProcess)
+
+
+EXITING_FORWARD = MODEL_SOURCE.replace(
+    'logits = cs.add(cs.matmul(h, w1), b1, name="logits")',
+    'logits = cs.py_func(exit_on_77, [cs.add(cs.matmul(h, w1), b1)], cs.float32)\n'
+    '        logits = cs.identity(cs.reshape(logits, [-1, 3]), name="logits")') + """
+
+def exit_on_77(logits_and_x):
+    return logits_and_x
+"""
+
+
+@pytest.mark.parametrize("batching", [True, False])
+def test_a_forward_that_raises_system_exit_fails_its_request_and_nothing_else(
+        tmp_path, batching):
+    model = tmp_path / "exits.py"
+    model.write_text(EXITING_FORWARD.replace(
+        "def exit_on_77(logits_and_x):\n    return logits_and_x",
+        "import sys\n\n\ndef exit_on_77(logits):\n"
+        "    if logits.shape[0] == 7:\n        sys.exit(5)\n    return logits"))
+    publish(tmp_path / "ckpts", 3)
+    port_file = tmp_path / "port"
+    proc = subprocess.Popen(
+        infer("serve", "--model", str(model), "--checkpoint-dir", str(tmp_path / "ckpts"),
+              "--port", "0", "--port-file", str(port_file), "--grpc-port", "0",
+              "--model-name", "mlp", *(["--enable-batching"] if batching else [])),
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        port = wait_for_port(proc, port_file)
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            wait_until(lambda: client.get("/readyz").status_code == 200, timeout_s=30)
+            r = client.post("/v1/models/mlp:predict", json={"instances": rows(7, 0).tolist()})
+            assert r.status_code == 500 and "SystemExit: 5" in r.json()["error"]
+            r = client.post("/v1/models/mlp:predict", json={"instances": rows(2, 0).tolist()})
+            assert r.status_code == 200 and len(r.json()["predictions"]) == 2
+            assert client.get("/healthz").status_code == 200
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
+        proc.stderr.close()

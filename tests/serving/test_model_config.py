@@ -5,6 +5,7 @@ version labels that move only to an AVAILABLE version."""
 from __future__ import annotations
 
 import threading
+import weakref
 
 import pytest
 
@@ -81,6 +82,10 @@ def test_a_tf_serving_config_with_model_file_parses_to_checked_entries(files, mo
     (config('name: "a" base_path: "x" model_file: "a.py" '
             'version_labels { key: "stable" value: -3 }'), "names version -3"),
     ("custom_model_config { }", "custom_model_config is not supported"),
+    (config('name: "a" base_path: "x\\000y" model_file: "a.py"'), "base_path 'x\\x00y' "
+     "holds a NUL byte"),
+    (config('name: "a" base_path: "x\\ny" model_file: "a.py"'), "holds a NUL byte or a "
+     "line break"),
 ])
 def test_every_broken_config_is_one_error_naming_the_model_and_field(files, monkeypatch,
                                                                       body, message):
@@ -136,6 +141,7 @@ def test_a_reload_keeps_unchanged_models_rebuilds_changed_ones_and_closes_remove
     server.reload([entry(tmp_path, "a"), entry(tmp_path, "b")])
     a, b = server.model("a"), server.model("b")
     publish(tmp_path / "ckpts-a", 3)
+    publish(tmp_path / "ckpts-b", 4)
     a.manager.wait_for_version(3, timeout_s=30)
     # a: only its policy changes (in place, no rebuild); b: a new model_file (rebuilt);
     # c: new; and a model left out is closed.
@@ -144,6 +150,7 @@ def test_a_reload_keeps_unchanged_models_rebuilds_changed_ones_and_closes_remove
     assert server.model("a") is a and a.manager.policy.pinned == 3
     assert a.manager.version == 3  # kept serving throughout
     assert server.model("b") is not b and not b.manager.alive
+    assert server.model("b").manager.version == 4  # swapped in once it served
     assert sorted(server.models) == ["a", "b", "c"]
     assert len(server.builds.built) == 4
     server.reload([entry(tmp_path, "c")])
@@ -161,6 +168,22 @@ def test_a_reload_that_fails_to_build_a_model_changes_nothing(tmp_path, server):
     assert list(server.models) == ["a"] and server.model("a") is a and a.manager.alive
     assert server.reloads["failure"] == 1 and "broken" in server.last_reload_error
     # b was built before x failed: it was closed, not leaked (the autouse thread check).
+
+
+def test_a_replacement_that_serves_nothing_in_time_leaves_the_old_one_serving(tmp_path):
+    server = ModelServer(ServerOptions(grpc=False, replace_wait_s=0.5), Builds())
+    try:
+        server.reload([entry(tmp_path, "a")])
+        publish(tmp_path / "ckpts-a", 3)
+        a = server.model("a")
+        a.manager.wait_for_version(3, timeout_s=30)
+        moved = ModelConfigEntry("a", str(tmp_path / "empty"), str(tmp_path / "a.py"))
+        with pytest.raises(errors.UnavailableError, match='model "a": its new base_path or '
+                           "model_file served no version within 0.5 s"):
+            server.reload([moved])
+        assert server.model("a") is a and a.manager.version == 3 and a.manager.alive
+    finally:
+        server.close()
 
 
 def test_a_label_moves_only_to_an_available_version(tmp_path, server):
@@ -207,6 +230,28 @@ def test_a_label_set_by_a_reload_moves_while_its_version_is_served_without_a_req
     publish(tmp_path / "ckpts-a", 6)
     a.manager.wait_for_version(6, timeout_s=30)
     assert a.labels() == {"next": 5}  # stays where it moved, though 5 is gone now
+
+
+def test_a_removed_models_snapshot_is_freed_at_once(tmp_path, server):
+    server.reload([entry(tmp_path, "a"), entry(tmp_path, "b")])
+    publish(tmp_path / "ckpts-a", 3)
+    server.model("a").manager.wait_for_version(3, timeout_s=30)
+    snapshot = weakref.ref(server.model("a").manager.current)
+    server.reload([entry(tmp_path, "b")])
+    assert snapshot() is None  # not left to a later garbage collection
+
+
+def test_a_model_file_that_exits_fails_the_reload_and_nothing_else(tmp_path, server):
+    server.reload([entry(tmp_path, "a")])
+
+    def exits(model_file, device):
+        raise SystemExit(4)
+
+    server._build = exits
+    with pytest.raises(ModelBuildError, match='model "c": .*: 4') as e:
+        server.reload([entry(tmp_path, "a"), entry(tmp_path, "c")])
+    assert isinstance(e.value.cause, SystemExit)
+    assert list(server.models) == ["a"] and server.model("a").manager.alive
 
 
 def test_a_closed_server_refuses_reloads(tmp_path, server):

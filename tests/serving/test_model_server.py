@@ -308,3 +308,54 @@ def test_bad_model_config_flags_are_one_line_usage_errors(tmp_path, model_file):
         assert message in result.stderr, (args, result.stderr)
         assert result.returncode == (code or result.returncode) and result.returncode != 0
         assert "Traceback" not in result.stderr and len(lines) <= 3, result.stderr
+
+
+EXITS = "import sys\n\n\ndef build_net(graph, device, mode):\n    sys.exit(4)\n"
+
+
+def test_a_model_file_that_exits_fails_its_reload_and_the_server_keeps_serving(
+        start, tmp_path):
+    (tmp_path / "exits.py").write_text(EXITS)
+    server = start(model_config(tmp_path, {"a": ""}), "--admin-token", "t0k")
+    publish(tmp_path / "ckpts-a", 2)
+    server.wait_ready({"a": 2})
+    request = pb.ReloadConfigRequest()
+    from google.protobuf import text_format
+
+    with_exit = model_config(tmp_path, {"a": "", "c": ""}).replace(
+        f'{tmp_path / "ckpts-c"}" model_file: "{tmp_path / "mlp.py"}',
+        f'{tmp_path / "ckpts-c"}" model_file: "{tmp_path / "exits.py"}')
+    text_format.Parse(with_exit, request.config)
+    code, message = code_of(lambda: server.grpc_call(
+        "ModelService", "HandleReloadConfigRequest", request, pb.ReloadConfigResponse,
+        [("authorization", "Bearer t0k")]))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and 'model "c"' in message
+    # The same from the file: logged; the watcher goes on and applies the next change.
+    config = tmp_path / "models.config"
+    write_config(config, with_exit)
+    deadline = time.monotonic() + 30
+    while "failure\"} 2.0" not in server.get("/metrics").text:
+        assert time.monotonic() < deadline, "the exiting reload was not counted"
+        time.sleep(0.05)
+    publish(tmp_path / "ckpts-b", 5)
+    write_config(config, model_config(tmp_path, {"a": "", "b": ""}))
+    server.wait_ready({"a": 2, "b": 5})
+
+
+def test_sigterm_is_not_held_up_by_a_reload_stuck_in_a_model_files_import(start, tmp_path):
+    marker = tmp_path / "importing"
+    (tmp_path / "hangs.py").write_text(
+        f"import pathlib, time\npathlib.Path({str(marker)!r}).touch()\ntime.sleep(3600)\n")
+    server = start(model_config(tmp_path, {"a": ""}), "--drain-timeout-s", "3")
+    publish(tmp_path / "ckpts-a", 2)
+    server.wait_ready({"a": 2})
+    write_config(tmp_path / "models.config", model_config(tmp_path, {"a": "", "h": ""}).replace(
+        f'{tmp_path / "ckpts-h"}" model_file: "{tmp_path / "mlp.py"}',
+        f'{tmp_path / "ckpts-h"}" model_file: "{tmp_path / "hangs.py"}'))
+    deadline = time.monotonic() + 30
+    while not marker.exists():  # the reload has begun: its import sleeps an hour
+        assert time.monotonic() < deadline, "the reload never imported hangs.py"
+        time.sleep(0.02)
+    assert server.get("/v1/models/a").status_code == 200  # still serving meanwhile
+    server.proc.terminate()
+    assert server.proc.wait(timeout=30) == 0  # the drain (3 s) and the close, not the hour

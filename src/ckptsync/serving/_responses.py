@@ -113,9 +113,20 @@ def map_error(e: Exception, method: str, path: str) -> tuple[int, str, dict[str,
         status = getattr(e, "http_status", None)  # an error that names its own (429)
         if status is not None:
             return status, e.message, {"Retry-After": "1"} if status == 429 else None
-        return HTTP_STATUS.get(e.error_code, 500), e.message, None
+        status = HTTP_STATUS.get(e.error_code, 500)
+        if status >= 500 and "\n" in e.message:  # a model's traceback: for the log only
+            logger.error("%s %s failed: %s", method, path, e.message)
+            return status, first_line(e.message), None
+        return status, e.message, None
     logger.exception("unexpected error answering %s %s", method, path)
     return 500, f"internal error: {type(e).__name__}: {e}", None
+
+
+def first_line(message: str) -> str:
+    """A multi-line error (a model's Python traceback, as TF's ``py_func`` errors carry)
+    cut to its first line, for an answer; the whole goes to the log."""
+    line = message.split("\n", 1)[0]
+    return line if line == message else f"{line} (the server's log has the rest)"
 
 
 def decode_json(body: bytes) -> Any:

@@ -145,9 +145,15 @@ def run_unbatched(manager: ModelManager, signature_name: str, version: int | Non
     """
     snap = manager.acquire(version)  # the one snapshot this request runs on
     servable = manager.servable
-    if signature_name == DEFAULT_SIGNATURE:
-        return servable.run(snap.params, inputs), snap.version
-    return servable.run_signature(signature_name, snap.params, inputs), snap.version
+    try:
+        if signature_name == DEFAULT_SIGNATURE:
+            return servable.run(snap.params, inputs), snap.version
+        return servable.run_signature(signature_name, snap.params, inputs), snap.version
+    except Exception:
+        raise
+    except BaseException as e:  # SystemExit from a model's py_func: its request fails alone
+        raise errors.InternalError(None, None, f"the model's forward raised "
+                                   f"{type(e).__name__}: {e}") from None
 
 
 @dataclass
@@ -313,7 +319,7 @@ class BatchScheduler:
         """Runs a small batch here, on the event loop, and answers its requests."""
         try:
             results, error = self._run_batch(batch), None
-        except Exception as e:  # the batch's requests get it
+        except Exception as e:  # the batch's requests get it (run_unbatched maps the rest)
             results, error = None, e
         self._complete(batch, results, error)
 

@@ -44,6 +44,7 @@ from prometheus_client import CollectorRegistry, Counter
 from ckptsync import errors
 
 from . import tfs_protos as pb
+from ._responses import first_line
 from .batching import BatchScheduler, run_unbatched
 from .manager import ModelManager
 from .options import HttpOptions
@@ -96,7 +97,11 @@ class _Abort(Exception):
 
 
 def _abort_for(e: errors.OpError) -> _Abort:
-    return _Abort(_STATUS.get(e.error_code, grpc.StatusCode.UNKNOWN), e.message)
+    code = _STATUS.get(e.error_code, grpc.StatusCode.UNKNOWN)
+    if "\n" in e.message and code in (grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL):
+        logger.error("a gRPC call failed: %s", e.message)  # a model's traceback: the log's
+        return _Abort(code, first_line(e.message))
+    return _Abort(code, e.message)
 
 
 class TfServingGrpc:

@@ -17,7 +17,9 @@ Thread-safety: calls run on the server's event loop; a reload runs in a thread.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
+import threading
 from typing import Any
 
 import grpc
@@ -90,9 +92,11 @@ class ModelServerGrpc:
         except errors.InvalidArgumentError as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, e.message)
         try:
-            warnings = await asyncio.to_thread(self.server.reload, entries)
+            warnings = await _in_daemon_thread(self.server.reload, entries)
         except ModelBuildError as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        except errors.UnavailableError as e:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, e.message)
         except errors.OpError as e:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, e.message)
         response = pb.ReloadConfigResponse()
@@ -117,3 +121,26 @@ class ModelServerGrpc:
         if scheme.lower() != "bearer" or not ok:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED,
                                 "the admin token in the authorization metadata is not valid")
+
+
+async def _in_daemon_thread(fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` in a daemon thread, awaited: a reload stuck in a model file's import
+    never holds up the process's exit (``asyncio.to_thread``'s pool threads are joined
+    at exit)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if not future.done():
+            future.set_exception(error) if error is not None else future.set_result(result)
+
+    def run() -> None:
+        try:
+            result, error = fn(*args), None
+        except BaseException as e:  # noqa: BLE001 - handed to the awaiting call
+            result, error = None, e
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=run, name="ckptsync-reload-config", daemon=True).start()
+    return await future

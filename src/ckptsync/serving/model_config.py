@@ -153,6 +153,10 @@ def _entry(model: Any, where: str, bad: Any) -> ModelConfigEntry:
                   '(only "tensorflow", or none)')
     if model.model_type not in (0, 1):
         raise bad(f"{where}: model_type must be TENSORFLOW (or unset)")
+    for field_name in ("base_path", "model_file"):
+        if any(c in getattr(model, field_name) for c in "\x00\n\r"):
+            raise bad(f"{where}: {field_name} {getattr(model, field_name)!r} holds a NUL byte "
+                      "or a line break")
     if not model.base_path:
         raise bad(f"{where}: base_path (its checkpoint directory) is missing")
     base_path = os.path.abspath(model.base_path)

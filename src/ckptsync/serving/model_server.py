@@ -6,7 +6,8 @@ REST app (:func:`.http.create_app`), gRPC servicer and batch scheduler, exactly 
 one-model server has them; the dispatchers (:mod:`.server_app` for HTTP,
 :class:`.grpc_api.ModelServerGrpc`) route each request by the model's name. So every
 model keeps the hot-swap guarantees of the one-model path, and a model that is slow to
-load, broken or reloading never holds up another.
+load, broken or reloading never holds up another (a slow forward does: small requests'
+forwards run on the event loop, as in a one-model server).
 
 :meth:`ModelServer.reload` applies a new config as TF Serving's ``ReloadConfig`` does,
 all or nothing: new models are built and started first; if any fails, nothing changes.
@@ -27,9 +28,12 @@ any thread at any time (the model table is replaced whole, never changed in plac
 
 from __future__ import annotations
 
+import gc
+import glob
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,6 +61,8 @@ class ServerOptions:
         grpc: build each model's gRPC servicer.
         summary_dir: TensorBoard summaries of each model under ``<summary_dir>/<name>``
             (None: none).
+        replace_wait_s: how long a reload waits for a replaced model (a new
+            ``base_path`` or ``model_file``) to serve before it gives up, seconds.
     """
 
     device: str = "cpu:0"
@@ -65,6 +71,7 @@ class ServerOptions:
     batching: BatchingOptions | None = None
     grpc: bool = True
     summary_dir: str | None = None
+    replace_wait_s: float = 30.0
 
 
 class ModelBuildError(RuntimeError):
@@ -259,9 +266,9 @@ class ModelServer:
             build_servable = GraphServable.from_model_file
         self._build = build_servable
         self._models: dict[str, ServedModel] = {}
-        self._reload_lock = threading.Lock()
-        self._closed = False
-        self._stop = threading.Event()
+        self._reload_lock = threading.Lock()  # one reload at a time
+        self._table_lock = threading.Lock()  # the table, the counters, the close
+        self._closing = threading.Event()
         self._watcher: threading.Thread | None = None
         #: Config applications by result (a file that does not parse is a failure).
         self.reloads = {"success": 0, "failure": 0}
@@ -279,26 +286,42 @@ class ModelServer:
     def reload(self, entries: list[ModelConfigEntry]) -> list[str]:
         """Serves exactly ``entries`` (TF Serving's ``ReloadConfig``), all or nothing.
 
+        A model whose ``base_path`` or ``model_file`` changed is rebuilt and swapped in
+        only once it serves a version (within ``options.replace_wait_s``), so its
+        requests never see it unloaded.
+
         Returns:
-            Warnings: labels waiting for their version to be AVAILABLE.
+            Warnings: labels waiting for their version to be AVAILABLE, pins to versions
+            not on disk.
 
         Raises:
-            ModelBuildError: a new model's graph cannot be built, or its manager cannot
-                start (nothing changed).
-            FailedPreconditionError: the server is closed.
+            ModelBuildError: a new model's graph cannot be built (whatever the model file
+                raised, ``SystemExit`` included), or its manager cannot start (nothing
+                changed).
+            UnavailableError: a replaced model's new version did not load in time
+                (nothing changed).
+            FailedPreconditionError: the server is closed or closing.
         """
         with self._reload_lock:
-            if self._closed:
-                raise errors.FailedPreconditionError(None, None, "the model server is closed")
+            self._check_open()
             try:
                 warnings = self._apply(entries)
             except BaseException as e:
-                self.reloads["failure"] += 1
-                self.last_reload_error = str(e)
+                self._count_failure(str(e))
                 raise
-            self.reloads["success"] += 1
-            self.last_reload_error = None
+            with self._table_lock:
+                self.reloads["success"] += 1
+                self.last_reload_error = None
             return warnings
+
+    def _check_open(self) -> None:
+        if self._closing.is_set():
+            raise errors.FailedPreconditionError(None, None, "the model server is closed")
+
+    def _count_failure(self, message: str) -> None:
+        with self._table_lock:
+            self.reloads["failure"] += 1
+            self.last_reload_error = message
 
     def _apply(self, entries: list[ModelConfigEntry]) -> list[str]:
         current = self._models
@@ -307,11 +330,37 @@ class ModelServer:
             for entry in entries:
                 old = current.get(entry.name)
                 if old is None or not old.entry.same_graph(entry):
+                    self._check_open()  # a SIGTERM stops a long reload between models
                     built[entry.name] = _build_model(entry, self.options, self._build)
+            for name, model in built.items():
+                if name in current:  # a replacement: only once it serves
+                    self._wait_served(model)
+            with self._table_lock:
+                self._check_open()
+                warnings = self._install(entries, current, built)
         except BaseException:
             for model in built.values():
                 model.close()
             raise
+        removed = [name for name, old in current.items() if self._models.get(name) is not old]
+        for name in removed:
+            logger.info('model "%s" %s', name, "replaced (its base_path or model_file "
+                        "changed)" if name in self._models else "removed from the config: "
+                        "unloaded")
+            current[name].close()
+        del current  # the last reference to the old table
+        if removed:  # a model's app and manager refer to each other: free its snapshot now
+            gc.collect()
+        for name in built:
+            logger.info('model "%s" added: serving %s from %s', name,
+                        self._models[name].entry.model_file, self._models[name].entry.base_path)
+        for w in warnings:
+            logger.warning("%s", w)
+        return warnings
+
+    def _install(self, entries: list[ModelConfigEntry], current: dict[str, ServedModel],
+                 built: dict[str, ServedModel]) -> list[str]:
+        """Makes the new table the served one; returns its warnings."""
         warnings: list[str] = []
         table: dict[str, ServedModel] = {}
         for entry in entries:
@@ -321,30 +370,40 @@ class ModelServer:
             else:  # kept: its policy and labels change in place
                 model = current[entry.name]
                 if model.entry.pinned != entry.pinned:
-                    model.manager.set_policy("latest" if entry.pinned is None else entry.pinned,
+                    pinned = entry.pinned
+                    model.manager.set_policy("latest" if pinned is None else pinned,
                                              "the model config")
+                    if pinned is not None and not glob.glob(
+                            os.path.join(glob.escape(entry.base_path), f"*-{pinned}.h5")):
+                        warnings.append(f'model "{entry.name}": version {pinned} is not in '
+                                        f"{entry.base_path}; it keeps serving "
+                                        f"{model.manager.version} until it appears")
                 model.entry = entry
             warnings += model.set_labels(entry.version_labels)
             table[entry.name] = model
         self._models = table  # one assignment: a reader sees the old table or the new
-        for name, old in current.items():
-            if table.get(name) is not old:
-                logger.info('model "%s" %s', name,
-                            "replaced (its base_path or model_file changed)" if name in table
-                            else "removed from the config: unloading it")
-                old.close()
-        for name in built:
-            logger.info('model "%s" added: serving %s from %s', name,
-                        table[name].entry.model_file, table[name].entry.base_path)
-        for w in warnings:
-            logger.warning("%s", w)
         return warnings
+
+    def _wait_served(self, model: ServedModel) -> None:
+        deadline = time.monotonic() + self.options.replace_wait_s
+        while model.manager.version is None:
+            self._check_open()
+            if time.monotonic() > deadline:
+                raise errors.UnavailableError(
+                    None, None, f'model "{model.name}": its new base_path or model_file '
+                    f"served no version within {self.options.replace_wait_s:g} s "
+                    f"({model.manager.not_ready_reason()}); the old one keeps serving")
+            try:
+                model.manager.wait_for_version(0, timeout_s=0.1)
+            except errors.DeadlineExceededError:
+                pass
 
     def watch_config_file(self, path: str, poll_wait_s: float) -> None:
         """Reloads the config from ``path`` whenever it changes (checked every
         ``poll_wait_s`` seconds, as TF Serving's ``--model_config_file_poll_wait_seconds``),
         in a daemon thread until :meth:`close`. A file that fails to read or parse, or a
-        reload that fails, is logged and leaves the models as they were."""
+        reload that fails (whatever the model file raised), is logged and leaves the
+        models as they were; the watching goes on."""
         def signature() -> tuple[int, int, int] | None:
             try:
                 st = os.stat(path)
@@ -354,7 +413,7 @@ class ModelServer:
 
         def loop() -> None:
             seen = signature()
-            while not self._stop.wait(poll_wait_s):
+            while not self._closing.wait(poll_wait_s):
                 now = signature()
                 if now == seen:
                     continue
@@ -363,31 +422,32 @@ class ModelServer:
                     try:
                         entries = read_model_config_file(path)
                     except errors.InvalidArgumentError as e:
-                        with self._reload_lock:
-                            self.reloads["failure"] += 1
-                            self.last_reload_error = e.message
+                        self._count_failure(e.message)
                         raise
                     warnings = self.reload(entries)
                 except errors.FailedPreconditionError:
-                    return  # closed
-                except Exception as e:
+                    if self._closing.is_set():
+                        return
+                    logger.error("the model config file %s was not applied", path)
+                except BaseException as e:  # noqa: BLE001 - a model file may raise anything
                     logger.error("the model config file %s was not applied; the models "
                                  "stay as they were: %s", path, e)
-                    continue
-                logger.info("applied the model config file %s: serving %s (%d warnings)",
-                            path, ", ".join(self._models), len(warnings))
+                else:
+                    logger.info("applied the model config file %s: serving %s (%d warnings)",
+                                path, ", ".join(self._models), len(warnings))
 
         self._watcher = threading.Thread(target=loop, name="ckptsync-model-config",
                                          daemon=True)
         self._watcher.start()
 
     def close(self) -> None:
-        """Stops the config watcher and closes every model; idempotent."""
-        self._stop.set()
+        """Stops the config watcher and closes every model; idempotent. Bounded: a reload
+        in progress (even one stuck in a model file's import) is not waited for; it
+        closes what it built when it ends."""
+        self._closing.set()
         if self._watcher is not None and self._watcher is not threading.current_thread():
-            self._watcher.join(timeout=60)
-        with self._reload_lock:
-            self._closed = True
+            self._watcher.join(timeout=1.0)
+        with self._table_lock:
             models, self._models = self._models, {}
         for model in models.values():
             model.close()
@@ -397,10 +457,10 @@ def _build_model(entry: ModelConfigEntry, options: ServerOptions,
                  build: Callable[[str, str], Any]) -> ServedModel:
     try:
         model = ServedModel(entry, options, build)
-    except Exception as e:
+    except BaseException as e:  # noqa: BLE001 - a model file may raise anything (SystemExit)
         raise ModelBuildError(entry.name, entry.model_file, e) from e
     try:
         return model.start()
-    except Exception as e:
+    except BaseException as e:  # noqa: BLE001
         model.close()
         raise ModelBuildError(entry.name, entry.model_file, e) from e

@@ -41,7 +41,7 @@ from .model_server import ModelServer
 __all__ = ["create_server_app"]
 
 _MODEL_PATH = re.compile(r"^/(v1|v2)/models/([A-Za-z0-9][A-Za-z0-9_.\-]*)([/:].*)?$")
-_LABEL_PATH = re.compile(r"^/labels/([^/:]*)(.*)$")
+_LABEL_PATH = re.compile(r"^/labels/([^/:]*)((?::[a-z]+|/metadata)?)$")
 
 
 class _Answer(Exception):
@@ -101,7 +101,10 @@ class ServerApp:
                                          f"{served}"})
         if protocol == "v1" and rest.startswith("/labels/"):
             lm = _LABEL_PATH.match(rest)
-            assert lm is not None
+            if lm is None:
+                raise _Answer(404, {"error": f"{scope.get('method')} {scope['path']}: Not "
+                                             "Found (a label route is /v1/models/{name}/"
+                                             "labels/{label}[:predict|/metadata])"})
             version = model.resolve_label(lm.group(1))  # OpError: 400/503
             path = f"/v1/models/{name}/versions/{version}{lm.group(2)}"
             scope = {**scope, "path": path, "raw_path": path.encode()}

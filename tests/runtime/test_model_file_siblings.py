@@ -1,0 +1,57 @@
+"""A model file's siblings (``import helpers`` beside it) belong to its directory: two
+model files in two directories each get their own, in one process (a server of several
+models), and a file keeps the module objects it imported."""
+
+from __future__ import annotations
+
+import sys
+
+from ckptsync.model_spec import directory_on_path, load_build_net
+
+MODEL = '''
+import helpers
+
+
+def build_net(graph, device, mode):
+    import helpers as again  # an import inside build_net finds the same sibling
+    assert again is helpers
+    return helpers.SCALE
+'''
+
+
+def write(directory, scale):
+    directory.mkdir()
+    (directory / "helpers.py").write_text(f"SCALE = {scale}\n")
+    (directory / "model.py").write_text(MODEL)
+    return directory / "model.py"
+
+
+def test_two_model_files_each_import_their_own_sibling(tmp_path):
+    one, two = write(tmp_path / "one", 1.0), write(tmp_path / "two", 100.0)
+    build_one, build_two = load_build_net(one), load_build_net(two)
+    assert build_one(None, None, None) == 1.0
+    assert build_two(None, None, None) == 100.0
+    assert build_one(None, None, None) == 1.0  # still its own, after the other's import
+    # The siblings are out of sys.modules between blocks, and the two modules differ.
+    assert "helpers" not in sys.modules
+    assert build_one.__wrapped__.__globals__["helpers"].SCALE == 1.0
+    assert build_two.__wrapped__.__globals__["helpers"].SCALE == 100.0
+
+
+def test_a_library_below_the_directory_stays_imported(tmp_path):
+    # A model at a project's root above its .venv: modules imported from a library
+    # directory below it are not the model's siblings and stay in sys.modules.
+    lib = tmp_path / "venv" / "site"
+    lib.mkdir(parents=True)
+    (lib / "somelib_for_test.py").write_text("X = 1\n")
+    (tmp_path / "model.py").write_text("def build_net(graph, device, mode):\n"
+                                      "    import somelib_for_test\n"
+                                      "    return somelib_for_test.X\n")
+    sys.path.insert(0, str(lib))
+    try:
+        with directory_on_path(tmp_path / "model.py"):
+            import somelib_for_test  # noqa: F401
+        assert "somelib_for_test" in sys.modules
+    finally:
+        sys.path.remove(str(lib))
+        sys.modules.pop("somelib_for_test", None)
