@@ -124,8 +124,9 @@ def directory_on_path(path: str | os.PathLike[str]) -> Iterator[None]:
     hidden: dict[str, Any] = {}
     if outermost:  # a block inside one of the same directory changes nothing
         _ACTIVE.add(directory)
-        hidden = {name: sys.modules.pop(name) for name in _sibling_names()
-                  if name in sys.modules and name not in own}
+        names = _sibling_names() | _shadowed(directory) | set(own)
+        hidden = {name: sys.modules.pop(name) for name in names
+                  if name in sys.modules and sys.modules[name] is not own.get(name)}
         sys.modules.update(own)
     before = set(sys.modules)
     try:
@@ -152,6 +153,26 @@ _ACTIVE: set[str] = set()
 
 def _sibling_names() -> set[str]:
     return {name for modules in _SIBLINGS.values() for name in modules}
+
+
+def _shadowed(directory: str) -> set[str]:
+    """Names of modules imported from elsewhere (not an installed library nor the
+    standard library) that a file of ``directory`` would be, were it imported first:
+    ``python FILE`` would import the sibling, so the block does too."""
+    try:
+        entries = os.listdir(directory)
+    except OSError:
+        return set()
+    names = {e[:-3] for e in entries if e.endswith(".py")} | {
+        e for e in entries if os.path.isfile(os.path.join(directory, e, "__init__.py"))}
+    libraries = tuple({os.path.abspath(p) + os.sep for p in (sys.prefix, sys.base_prefix)})
+    out = set()
+    for name in names & set(sys.modules):
+        file = getattr(sys.modules[name], "__file__", None)
+        if file and not os.path.abspath(file).startswith(libraries) \
+                and not _is_sibling(name, sys.modules[name], directory):
+            out.add(name)
+    return out
 
 
 def _is_sibling(name: str, module: Any, directory: str) -> bool:

@@ -38,6 +38,22 @@ def test_two_model_files_each_import_their_own_sibling(tmp_path):
     assert build_two.__wrapped__.__globals__["helpers"].SCALE == 100.0
 
 
+def test_a_sibling_wins_over_a_same_named_module_imported_from_elsewhere(tmp_path):
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    (other / "helpers.py").write_text("OTHER = True\n")
+    sys.path.insert(0, str(other))
+    try:
+        import helpers  # noqa: F401  (as the test suite's own tests/helpers.py is)
+
+        build = load_build_net(write(tmp_path / "one", 7.0))
+        assert build(None, None, None) == 7.0  # its sibling, as `python model.py` has it
+        assert sys.modules["helpers"].OTHER  # and the other one is back afterwards
+    finally:
+        sys.path.remove(str(other))
+        sys.modules.pop("helpers", None)
+
+
 def test_a_library_below_the_directory_stays_imported(tmp_path):
     # A model at a project's root above its .venv: modules imported from a library
     # directory below it are not the model's siblings and stay in sys.modules.
