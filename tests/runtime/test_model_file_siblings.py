@@ -9,19 +9,19 @@ import sys
 from ckptsync.model_spec import directory_on_path, load_build_net
 
 MODEL = '''
-import helpers
+import sibhelp
 
 
 def build_net(graph, device, mode):
-    import helpers as again  # an import inside build_net finds the same sibling
-    assert again is helpers
-    return helpers.SCALE
+    import sibhelp as again  # an import inside build_net finds the same sibling
+    assert again is sibhelp
+    return sibhelp.SCALE
 '''
 
 
 def write(directory, scale):
     directory.mkdir()
-    (directory / "helpers.py").write_text(f"SCALE = {scale}\n")
+    (directory / "sibhelp.py").write_text(f"SCALE = {scale}\n")
     (directory / "model.py").write_text(MODEL)
     return directory / "model.py"
 
@@ -33,25 +33,25 @@ def test_two_model_files_each_import_their_own_sibling(tmp_path):
     assert build_two(None, None, None) == 100.0
     assert build_one(None, None, None) == 1.0  # still its own, after the other's import
     # The siblings are out of sys.modules between blocks, and the two modules differ.
-    assert "helpers" not in sys.modules
-    assert build_one.__wrapped__.__globals__["helpers"].SCALE == 1.0
-    assert build_two.__wrapped__.__globals__["helpers"].SCALE == 100.0
+    assert "sibhelp" not in sys.modules
+    assert build_one.__wrapped__.__globals__["sibhelp"].SCALE == 1.0
+    assert build_two.__wrapped__.__globals__["sibhelp"].SCALE == 100.0
 
 
 def test_a_sibling_wins_over_a_same_named_module_imported_from_elsewhere(tmp_path):
     other = tmp_path / "elsewhere"
     other.mkdir()
-    (other / "helpers.py").write_text("OTHER = True\n")
+    (other / "sibhelp.py").write_text("OTHER = True\n")
     sys.path.insert(0, str(other))
     try:
-        import helpers  # noqa: F401  (as the test suite's own tests/helpers.py is)
+        import sibhelp  # noqa: F401  (as the test suite's own tests/helpers.py is)
 
         build = load_build_net(write(tmp_path / "one", 7.0))
         assert build(None, None, None) == 7.0  # its sibling, as `python model.py` has it
-        assert sys.modules["helpers"].OTHER  # and the other one is back afterwards
+        assert sys.modules["sibhelp"].OTHER  # and the other one is back afterwards
     finally:
         sys.path.remove(str(other))
-        sys.modules.pop("helpers", None)
+        sys.modules.pop("sibhelp", None)
 
 
 def test_a_library_below_the_directory_stays_imported(tmp_path):
