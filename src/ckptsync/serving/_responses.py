@@ -8,6 +8,7 @@ anything else is logged (as ``ckptsync.serving.http``) and answered 500.
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 from typing import Any
@@ -120,6 +121,14 @@ def map_error(e: Exception, method: str, path: str) -> tuple[int, str, dict[str,
         return status, e.message, None
     logger.exception("unexpected error answering %s %s", method, path)
     return 500, f"internal error: {type(e).__name__}: {e}", None
+
+
+def bearer_matches(authorization: str, token: bytes) -> bool:
+    """Whether an ``Authorization`` value (HTTP header or gRPC metadata) is ``Bearer
+    <token>``, the token compared in constant time."""
+    scheme, _, given = authorization.partition(" ")
+    ok = hmac.compare_digest(given.strip().encode("utf-8", "surrogateescape"), token)
+    return scheme.lower() == "bearer" and ok
 
 
 def first_line(message: str) -> str:

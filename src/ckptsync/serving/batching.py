@@ -298,7 +298,7 @@ class BatchScheduler:
         timeout_s = self.options.batch_timeout_micros * 1e-6
         now = time.monotonic()
         due = [b for b in self._open.values() if now - b.opened_s >= timeout_s
-               and (b.nbytes <= inline if inline_only else True)
+               and (not inline_only or b.nbytes <= inline)
                and not (defer_inline and b.nbytes <= inline)]
         if not due:
             return None

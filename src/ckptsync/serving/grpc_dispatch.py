@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import threading
 from typing import Any
 
@@ -26,6 +25,7 @@ import grpc
 
 from .. import errors
 from . import tfs_protos as pb
+from ._responses import bearer_matches
 from .grpc_api import tf_serving_handlers
 from .model_config import entries_from_proto
 from .model_server import ModelBuildError, ModelServer, ServedModel
@@ -115,10 +115,7 @@ class ModelServerGrpc:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED,
                                 'HandleReloadConfigRequest needs "authorization: Bearer '
                                 '<token>" metadata, got none')
-        scheme, _, token = str(given).partition(" ")
-        ok = hmac.compare_digest(token.strip().encode("utf-8", "surrogateescape"),
-                                 self._token or b"")
-        if scheme.lower() != "bearer" or not ok:
+        if not bearer_matches(str(given), self._token or b""):
             await context.abort(grpc.StatusCode.PERMISSION_DENIED,
                                 "the admin token in the authorization metadata is not valid")
 

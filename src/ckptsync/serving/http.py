@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -77,6 +76,7 @@ from ._responses import (
     INT64_MAX,
     ClientGone,
     HttpError,
+    bearer_matches,
     decode_json,
     dumps,
     error_response,
@@ -281,10 +281,7 @@ class RestApi:
                 'admin endpoint needs an "Authorization: Bearer <token>" header, got none',
                 {"WWW-Authenticate": 'Bearer realm="ckptsync"'},
             )
-        scheme, _, token = auth.partition(" ")
-        given = token.strip().encode("utf-8", "surrogateescape")
-        ok = hmac.compare_digest(given, self._admin_token)  # constant time
-        if scheme.lower() != "bearer" or not ok:
+        if not bearer_matches(auth, self._admin_token):
             raise HttpError(403, "the admin token in the Authorization header is not valid")
 
     async def pin(self, request: Request) -> Response:

@@ -62,6 +62,14 @@ def datatype_of(dtype: np.dtype) -> str:
     return _BY_DTYPE.get(np.dtype(dtype).newbyteorder("="), "BYTES")
 
 
+def server_metadata() -> dict[str, Any]:
+    """The body of ``GET /v2``: the server's name, version and extensions."""
+    from importlib.metadata import version  # here: read once per call, rarely called
+
+    return {"name": "ckptsync", "version": version("ckptsync"),
+            "extensions": ["binary_tensor_data"]}
+
+
 def _bad(message: str) -> OpError:
     return InvalidArgumentError(None, None, message)
 
@@ -287,10 +295,7 @@ class OpenInferenceApi:
         return None if v is None else int(v) if len(v) <= 18 else -1
 
     async def server_metadata(self, request: Request) -> Response:
-        from importlib.metadata import version  # here: read once per call, rarely called
-
-        return json_response({"name": "ckptsync", "version": version("ckptsync"),
-                              "extensions": ["binary_tensor_data"]})
+        return json_response(server_metadata())
 
     async def live(self, request: Request) -> Response:
         return Response(status_code=200)

@@ -36,6 +36,7 @@ from starlette.concurrency import run_in_threadpool
 from .. import errors
 from ._responses import dumps, map_error
 from .http import health_problems
+from .kserve_v2 import server_metadata
 from .model_server import ModelServer
 
 __all__ = ["create_server_app"]
@@ -153,10 +154,7 @@ class ServerApp:
         return (200 if ready else 400), b"", "application/json"
 
     def _v2(self) -> tuple[int, Any, str]:
-        from importlib.metadata import version  # here: read once per call, rarely called
-
-        return 200, {"name": "ckptsync", "version": version("ckptsync"),
-                     "extensions": ["binary_tensor_data"]}, "application/json"
+        return 200, server_metadata(), "application/json"
 
     def _metrics(self) -> tuple[int, Any, str]:
         return 200, generate_latest(_MergedMetrics(self.server, self.unrouted)), \
