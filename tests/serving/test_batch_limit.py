@@ -91,17 +91,21 @@ def test_a_refused_big_body_is_freed_once_answered(tmp_path, model_file):
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60.0) as client:
             wait_until(lambda: client.get("/readyz").status_code == 200, timeout_s=30)
             resident = [status_kib(proc.pid, "VmRSS")]
-            for _ in range(8):
+            for _ in range(12):
                 r = client.post("/v1/models/mlp:predict", content=body,
                                 headers={"content-type": "application/json"})
                 assert r.status_code == 400 and "max_batch_size" in r.json()["error"]
                 resident.append(status_kib(proc.pid, "VmRSS"))
     finally:
         stop(proc)
-    # The allocator may keep one request's body and text (~2x the body) once glibc has
-    # raised its mmap threshold, at whichever request that happens; a leak added ~1.2x
-    # the body with every request (over 7x across these).
-    assert (max(resident) - resident[0]) * 1024 < 3 * len(body), resident
+    # The allocator may keep one request's body, its text and a read buffer (~2-3x the
+    # body) once glibc has raised its mmap threshold: a step or two, at whichever
+    # requests that happens. A leak added ~1.2x the body with every request (over 14x
+    # across these, in 12 steps).
+    grown_bytes = (max(resident) - resident[0]) * 1024
+    steps = [b - a for a, b in zip(resident, resident[1:]) if (b - a) * 1024 > len(body) // 2]
+    assert grown_bytes < 5 * len(body), resident
+    assert len(steps) <= 3, resident
 
 
 BIG = 1 << 20  # bodies over this are decoded row by row
