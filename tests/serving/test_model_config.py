@@ -1,6 +1,7 @@
 """TF Serving's model_config_list text format (``--model-config-file``) and the
 :class:`ModelServer` that applies it: parsing, every rule's error, reloads all or nothing,
-version labels that move only to an AVAILABLE version."""
+version labels that move only to an AVAILABLE version; a model serving several versions
+at once (one manager per version) and reloads that keep, re-pin, add and unload them."""
 
 from __future__ import annotations
 
@@ -41,11 +42,11 @@ def test_a_tf_serving_config_with_model_file_parses_to_checked_entries(files, mo
         'name: "c.v2-x" base_path: "c" model_file: "a.py" model_version_policy { latest { } }')
     a, b, c = parse_model_server_config(text, "models.config")
     # Relative paths are the working directory's, as TF Serving's.
-    assert a == ModelConfigEntry("a", str(files / "ckpts" / "a"), str(files / "a.py"), None, {})
-    assert (b.base_path, b.pinned, dict(b.version_labels)) == (
-        "/abs/b", 1200, {"canary": 7, "stable": 1200})
-    assert (c.name, c.pinned) == ("c.v2-x", None)
-    assert a.same_graph(ModelConfigEntry("a", a.base_path, a.model_file, 5, {"x": 5}))
+    assert a == ModelConfigEntry("a", str(files / "ckpts" / "a"), str(files / "a.py"), (), {})
+    assert (b.base_path, b.versions, dict(b.version_labels)) == (
+        "/abs/b", (1200,), {"canary": 7, "stable": 1200})
+    assert (c.name, c.versions, c.policies()) == ("c.v2-x", (), (None,))
+    assert a.same_graph(ModelConfigEntry("a", a.base_path, a.model_file, (5,), {"x": 5}))
     assert not a.same_graph(c)
 
 
@@ -73,8 +74,10 @@ def test_a_tf_serving_config_with_model_file_parses_to_checked_entries(files, mo
     (config('name: "a" base_path: "x" model_file: "a.py" model_version_policy { all { } }'),
      "model_version_policy all is not supported"),
     (config('name: "a" base_path: "x" model_file: "a.py" '
-            "model_version_policy { specific { versions: 1 versions: 2 } }"),
-     "specific must name exactly one version"),
+            "model_version_policy { specific { versions: 1 versions: 2 versions: 1 } }"),
+     "specific names a version more than once: [1, 2, 1]"),
+    (config('name: "a" base_path: "x" model_file: "a.py" '
+            "model_version_policy { specific { } }"), "specific names no version"),
     (config('name: "a" base_path: "x" model_file: "a.py" '
             "model_version_policy { specific { versions: -1 } }"), "must be >= 0"),
     (config('name: "a" base_path: "x" model_file: "a.py" '
@@ -122,9 +125,10 @@ class Builds:
         return MLPServable()
 
 
-def entry(tmp_path, name, *, model_file="a.py", pinned=None, labels=None):
+def entry(tmp_path, name, *, model_file="a.py", pinned=None, versions=(), labels=None):
     return ModelConfigEntry(name, str(tmp_path / f"ckpts-{name}"), str(tmp_path / model_file),
-                            pinned, labels or {})
+                            (pinned,) if pinned is not None else tuple(sorted(versions)),
+                            labels or {})
 
 
 @pytest.fixture
@@ -260,3 +264,105 @@ def test_a_closed_server_refuses_reloads(tmp_path, server):
     assert not server.models
     with pytest.raises(errors.FailedPreconditionError, match="closed"):
         server.reload([entry(tmp_path, "a")])
+
+
+def serving(model) -> dict:
+    """policy -> the version its slot serves."""
+    return {slot.policy: slot.manager.version for slot in model.slots}
+
+
+def wait_serving(model, wanted: dict) -> None:
+    wait_until(lambda: serving(model) == wanted, timeout_s=30)
+
+
+def test_specific_versions_are_each_served_and_routed_by_version_and_label(tmp_path, server):
+    for step in (1, 2, 3):
+        publish(tmp_path / "ckpts-a", step)
+    server.reload([entry(tmp_path, "a", versions=(3, 1),
+                         labels={"stable": 1, "canary": 3})])
+    a = server.model("a")
+    wait_serving(a, {1: 1, 3: 3})  # 2 is on disk and named by no policy: not served
+    assert [s.policy for s in a.slots] == [1, 3]
+    assert a.served_versions() == [3, 1]
+    # A version goes to the slot serving it; none, to the newest; an unserved one, to the
+    # newest (whose app answers "not found").
+    assert a.slot_for(1).manager.version == 1 and a.slot_for(3).manager.version == 3
+    assert a.slot_for(None).manager.version == 3 and a.manager.version == 3
+    assert a.slot_for(2) is a.slot_for(None)
+    assert a.resolve_label("stable") == 1 and a.resolve_label("canary") == 3
+    # Status lists every version, newest first, as TF Serving's GetModelStatus.
+    status = a.version_status()
+    assert [(s["version"], s["state"]) for s in status if s["state"] == "AVAILABLE"] == [
+        ("3", "AVAILABLE"), ("1", "AVAILABLE")]
+    assert [s["version"] for s in a.version_status(1)] == ["1"]
+    with pytest.raises(errors.NotFoundError):
+        a.version_status(7)
+    # Every slot's app and servicer answer with the model-wide view.
+    for slot in a.slots:
+        assert slot.app.state.api.served_versions() == [3, 1]
+        assert slot.app.state.api.version_status is not slot.manager.status
+
+
+def test_the_canary_flow_keeps_adds_and_unloads_versions_without_rebuilding_kept_ones(
+        tmp_path, server):
+    for step in (1, 2):
+        publish(tmp_path / "ckpts-a", step)
+    server.reload([entry(tmp_path, "a", versions=(1,), labels={"stable": 1})])
+    a = server.model("a")
+    wait_serving(a, {1: 1})
+    stable = a.slots[0]
+    # Add a canary: version 1's manager is kept as it is, version 2 gets one of its own.
+    warnings = server.reload([entry(tmp_path, "a", versions=(1, 2),
+                                    labels={"stable": 1, "canary": 2})])
+    assert server.model("a") is a and a.slots[0] is stable and stable.manager.version == 1
+    assert len(server.builds.built) == 2
+    wait_serving(a, {1: 1, 2: 2})
+    assert a.resolve_label("canary") == 2
+    assert all("canary" in w for w in warnings)  # it waited for 2 to load, if at all
+    canary = a.slots[1]
+    snapshot, manager = weakref.ref(stable.manager.current), weakref.ref(stable.manager)
+    del stable
+    # Promote it: version 1's manager is unloaded and freed at once; 2's is kept.
+    server.reload([entry(tmp_path, "a", versions=(2,), labels={"stable": 2})])
+    assert a.slots == (canary,) and canary.manager.version == 2
+    assert manager() is None and snapshot() is None  # not left to a later collection
+    assert a.labels() == {"stable": 2}
+    assert len(server.builds.built) == 2
+
+
+def test_moving_from_latest_to_specific_versions_re_pins_the_manager_in_place(
+        tmp_path, server):
+    for step in (4, 5):
+        publish(tmp_path / "ckpts-a", step)
+    server.reload([entry(tmp_path, "a")])
+    a = server.model("a")
+    wait_serving(a, {None: 5})
+    first = a.slots[0]
+    warnings = server.reload([entry(tmp_path, "a", versions=(5, 9))])
+    # The latest manager takes version 5 (what it serves: no load), 9 gets a new one.
+    assert a.slots[0] is first and first.policy == 5 and first.manager.version == 5
+    assert [w for w in warnings if "version 9 is not in" in w]
+    publish(tmp_path / "ckpts-a", 9)
+    wait_serving(a, {5: 5, 9: 9})
+    assert a.served_versions() == [9, 5]
+    server.reload([entry(tmp_path, "a")])  # back to latest: one manager, following 9
+    assert a.slots == (first,)
+    wait_serving(a, {None: 9})
+
+
+def test_a_new_version_that_fails_to_build_changes_nothing(tmp_path, server):
+    publish(tmp_path / "ckpts-a", 1)
+    server.reload([entry(tmp_path, "a", versions=(1,))])
+    a = server.model("a")
+    wait_serving(a, {1: 1})
+    before = a.slots
+
+    def broken(model_file, device):
+        raise ValueError("build_net raised: broken on purpose")
+
+    server._build = broken
+    with pytest.raises(ModelBuildError, match='model "a": cannot build the model .*broken '
+                                              "on purpose"):
+        server.reload([entry(tmp_path, "a", versions=(1, 2), labels={"canary": 2})])
+    assert a.slots is before and serving(a) == {1: 1} and a.slots[0].manager.alive
+    assert a.entry.versions == (1,) and a.pending_labels() == {}

@@ -21,7 +21,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from ckptsync.serving import tfs_protos as pb
 from ckptsync.serving.tensor_proto import make_ndarray
 
-from .conftest import MLPServable, mlp_params, publish
+from .conftest import MLPServable, mlp_params, publish, wait_until
 from .test_cli import infer, run_infer, wait_for_port
 from .test_grpc import code_of, free_port, predict_request, stop_server
 
@@ -359,3 +359,67 @@ def test_sigterm_is_not_held_up_by_a_reload_stuck_in_a_model_files_import(start,
     assert server.get("/v1/models/a").status_code == 200  # still serving meanwhile
     server.proc.terminate()
     assert server.proc.wait(timeout=30) == 0  # the drain (3 s) and the close, not the hour
+
+
+def test_a_stable_and_a_canary_are_served_at_once_on_every_protocol(start, tmp_path):
+    for step in (3, 5, 7):
+        publish(tmp_path / "ckpts-a", step)
+    server = start(model_config(tmp_path, {"a": (
+        "model_version_policy { specific { versions: 3 versions: 7 } } "
+        'version_labels { key: "stable" value: 3 } version_labels { key: "canary" value: 7 }')}),
+        "--admin-token", "t0ken")
+    wait_until(lambda: server.get("/readyz").status_code == 200
+               and server.get("/readyz").json()["models"]["a"]["model_versions"] == [7, 3],
+               timeout_s=60)
+    assert server.get("/readyz").json()["models"]["a"]["model_version"] == 7
+    for path, step in (("/v1/models/a", 7), ("/v1/models/a/versions/3", 3),
+                       ("/v1/models/a/versions/7", 7), ("/v1/models/a/labels/stable", 3),
+                       ("/v1/models/a/labels/canary", 7)):
+        r = server.post(path + ":predict", json={"instances": X.tolist()})
+        assert r.status_code == 200 and r.headers["x-model-version"] == str(step), path
+        np.testing.assert_allclose([p["logits"] for p in r.json()["predictions"]],
+                                   logits(step), rtol=1e-6)
+    # 5 is on disk and named by no policy: not served, on any route.
+    assert server.post("/v1/models/a/versions/5:predict",
+                       json={"instances": X.tolist()}).status_code == 404
+    # Status lists both versions, newest first, on REST and gRPC.
+    status = server.get("/v1/models/a").json()["model_version_status"]
+    assert [(s["version"], s["state"]) for s in status if s["state"] == "AVAILABLE"] == [
+        ("7", "AVAILABLE"), ("3", "AVAILABLE")]
+    request = pb.GetModelStatusRequest()
+    request.model_spec.name = "a"
+    response = server.grpc_call("ModelService", "GetModelStatus", request,
+                                pb.GetModelStatusResponse)
+    assert [s.version for s in response.model_version_status
+            if s.state == pb.MODEL_STATES["AVAILABLE"]] == [7, 3]
+    # gRPC by version and by label; the answer names the version that answered.
+    for kw, step in (({"version": 3}, 3), ({"version_label": "canary"}, 7), ({}, 7)):
+        response = server.grpc_call("PredictionService", "Predict",
+                                    predict_request(X, name="a", **kw), pb.PredictResponse)
+        assert response.model_spec.version.value == step, kw
+        np.testing.assert_array_equal(make_ndarray(response.outputs["logits"]), logits(step))
+    # The Open Inference Protocol: both versions in the metadata, each inferable.
+    assert server.get("/v2/models/a").json()["versions"] == ["7", "3"]
+    v2 = server.post("/v2/models/a/versions/3/infer", json={"inputs": [
+        {"name": "x", "shape": [2, 4], "datatype": "FP32", "data": X.ravel().tolist()}]})
+    assert v2.status_code == 200 and v2.json()["model_version"] == "3"
+    assert server.get("/v2/models/a/versions/3/ready").status_code == 200
+    # The config names the versions: :pin is refused, saying so.
+    r = server.post("/v1/models/a:pin", json={"version": 5},
+                    headers={"authorization": "Bearer t0ken"})
+    assert r.status_code == 409 and "model_version_policy" in r.json()["error"]
+    # Each version's metrics, apart.
+    metrics = server.get("/metrics").text
+    assert 'ckptsync_served_version{model="a",specific_version="3"} 3.0' in metrics
+    assert 'ckptsync_served_version{model="a",specific_version="7"} 7.0' in metrics
+    assert server.get("/healthz").status_code == 200
+    # Promote the canary: 3 is unloaded, 7 keeps serving throughout.
+    write_config(tmp_path / "models.config", model_config(tmp_path, {"a": (
+        "model_version_policy { specific { versions: 7 } } "
+        'version_labels { key: "stable" value: 7 }')}))
+    wait_until(lambda: server.get("/readyz").json()["models"]["a"]["model_versions"] == [7],
+               timeout_s=60)
+    r = server.post("/v1/models/a/labels/stable:predict", json={"instances": X.tolist()})
+    assert r.status_code == 200 and r.headers["x-model-version"] == "7"
+    assert server.post("/v1/models/a/versions/3:predict",
+                       json={"instances": X.tolist()}).status_code == 404

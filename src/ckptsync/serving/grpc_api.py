@@ -134,6 +134,9 @@ class TfServingGrpc:
         #: label -> version (a many-model server's version_labels); None: no labels, a
         #: label is INVALID_ARGUMENT.
         self.resolve_label: Callable[[str], int] | None = None
+        #: ``(version | None) -> model_version_status`` list: the manager's, or a
+        #: many-version model's over all its versions.
+        self.version_status: Callable[[int | None], list[dict[str, Any]]] = manager.status
 
     def _count(self, method: str, code: str) -> None:
         child = self._counted.get((method, code))
@@ -262,7 +265,7 @@ class TfServingGrpc:
                          f"Could not find any versions of model {spec.name}")
         version = self._version(spec)
         try:
-            listing = self.manager.status(version)
+            listing = self.version_status(version)
         except errors.NotFoundError:
             raise _Abort(grpc.StatusCode.NOT_FOUND, f"Could not find version {version} of "
                                                     f"model {self.model_name}") from None

@@ -3,7 +3,8 @@
 ``PredictionService.Predict``/``GetModelMetadata`` and ``ModelService.GetModelStatus``
 look ``model_spec.name`` up in the :class:`~.model_server.ModelServer` and run on that
 model's :class:`~.grpc_api.TfServingGrpc` (so each model answers exactly as a one-model
-server; ``version_label`` resolves through the model's ``version_labels``). An unknown
+server; ``version_label`` resolves through the model's ``version_labels``; a model serving
+several versions answers each call on the version it names, or its newest). An unknown
 name is ``NOT_FOUND`` with TF Serving's message. ``ModelService.HandleReloadConfigRequest``
 applies a ``ModelServerConfig`` as TF Serving's does, all or nothing, but only for a
 caller holding the admin token (``authorization: Bearer <token>`` metadata): a config
@@ -52,8 +53,23 @@ class ModelServerGrpc:
 
     def statuses(self) -> dict[str, bool]:
         """The health service's view: each model's name -> serving; ``""`` -> all serve."""
-        now = {name: m.manager.version is not None for name, m in self.server.models.items()}
+        now = {name: bool(m.served_versions()) for name, m in self.server.models.items()}
         return {"": bool(now) and all(now.values()), **now}
+
+    async def _servicer(self, spec: Any, context: Any, status_call: bool = False) -> Any:
+        """The servicer of the version ``spec`` names (by number or label; the newest
+        served for neither), as :meth:`.served_model.ServedModel.slot_for`."""
+        model = await self._model(spec, context, status_call)
+        which = spec.WhichOneof("version_choice")
+        version: int | None = None
+        if which == "version":
+            version = spec.version.value
+        elif which == "version_label" and len(model.slots) > 1:
+            try:
+                version = model.resolve_label(spec.version_label)
+            except errors.OpError:
+                pass  # the servicer resolves it again and answers its status
+        return model.slot_for(version).grpc
 
     async def _model(self, spec: Any, context: Any, status_call: bool = False) -> ServedModel:
         model = self.server.model(spec.name)
@@ -66,23 +82,23 @@ class ModelServerGrpc:
             else:
                 message = f"Servable not found for request: Latest({spec.name})"
             await context.abort(grpc.StatusCode.NOT_FOUND, message)
-        assert model is not None and model.grpc is not None
+        assert model is not None and model.slots[0].grpc is not None
         return model
 
     async def predict(self, request: Any, context: Any) -> Any:
         """``PredictionService.Predict`` on the named model."""
-        model = await self._model(request.model_spec, context)
-        return await model.grpc.predict(request, context)
+        servicer = await self._servicer(request.model_spec, context)
+        return await servicer.predict(request, context)
 
     async def get_model_metadata(self, request: Any, context: Any) -> Any:
         """``PredictionService.GetModelMetadata`` on the named model."""
-        model = await self._model(request.model_spec, context)
-        return await model.grpc.get_model_metadata(request, context)
+        servicer = await self._servicer(request.model_spec, context)
+        return await servicer.get_model_metadata(request, context)
 
     async def get_model_status(self, request: Any, context: Any) -> Any:
         """``ModelService.GetModelStatus`` of the named model."""
-        model = await self._model(request.model_spec, context, status_call=True)
-        return await model.grpc.get_model_status(request, context)
+        servicer = await self._servicer(request.model_spec, context, status_call=True)
+        return await servicer.get_model_status(request, context)
 
     async def reload_config(self, request: Any, context: Any) -> Any:
         """``ModelService.HandleReloadConfigRequest``: serve exactly ``request.config``."""

@@ -141,6 +141,11 @@ class RestApi:
         self._counters: dict[tuple[str, int], Any] = {}  # labels() children, cached
         self.v2 = OpenInferenceApi(self)  # the Open Inference Protocol's routes
         self.batcher: BatchScheduler | None = None  # set by create_app with batching
+        #: ``(version | None) -> model_version_status`` list and ``() -> versions served,
+        #: newest first``: the manager's, or a many-version model's over all its versions.
+        self.version_status: Callable[[int | None], list[dict[str, Any]]] = manager.status
+        self.served_versions: Callable[[], list[int]] = lambda: (
+            [] if manager.version is None else [manager.version])
 
     def count(self, route: str, status: int) -> None:
         """Counts one answer of ``route`` with HTTP ``status``."""
@@ -234,7 +239,7 @@ class RestApi:
         (before the first checkpoint) or for a version it has no record of."""
         version = self._check_model(request)
         try:
-            listing = self.manager.status(version)
+            listing = self.version_status(version)
         except errors.NotFoundError:
             raise HttpError(404, f"Could not find version {version} of model "
                                  f"{self.model_name}") from None
@@ -429,7 +434,8 @@ def create_app(
     Returns:
         A Starlette app (a :class:`ServingApp`); ``app.state.registry`` is its Prometheus
         registry, ``app.state.manager`` the manager, ``app.state.options`` the options,
-        ``app.state.batcher`` the batch scheduler (or None).
+        ``app.state.batcher`` the batch scheduler (or None), ``app.state.api`` its
+        :class:`RestApi`.
 
     Raises:
         TypeError, ValueError: an option of the wrong type or out of range.
@@ -489,4 +495,5 @@ def create_app(
     app.state.manager = manager
     app.state.options = options
     app.state.batcher = api.batcher
+    app.state.api = api
     return app

@@ -311,8 +311,8 @@ class OpenInferenceApi:
 
     async def model_metadata(self, request: Request) -> Response:
         version = self._model(request)
-        served = self.api.manager.acquire(version).version if version is not None \
-            else self.api.manager.version
+        versions = [self.api.manager.acquire(version).version] if version is not None \
+            else self.api.served_versions()
         sig = self.api.manager.servable.signature
 
         def tensors(specs: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -322,6 +322,6 @@ class OpenInferenceApi:
 
         return json_response({
             "name": self.api.model_name,
-            "versions": [] if served is None else [str(served)],
+            "versions": [str(v) for v in versions],
             "platform": "ckptsync",
             "inputs": tensors(sig.inputs), "outputs": tensors(sig.outputs)})

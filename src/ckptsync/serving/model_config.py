@@ -16,18 +16,20 @@ Serving reads a SavedModel)::
       config { name: "ctr" base_path: "/ckpts/ctr" model_file: "/models/ctr.py" }
     }
 
-Relative paths are relative to the server's working directory, as TF Serving's. One
-version per model is served: ``latest {}`` (``num_versions: 1``, the default) or
-``specific`` with one version (a pin); ``all``, ``num_versions`` > 1 and several specific
-versions are refused with an error that says so.
+Relative paths are relative to the server's working directory, as TF Serving's. The
+versions served: ``latest {}`` (``num_versions: 1``, the default: the newest checkpoint,
+following the stream), or ``specific { versions: 1200 versions: 1300 }`` (each named
+version at once, as TF Serving's: a stable and a canary). ``all`` and ``num_versions`` > 1
+are refused with an error that says so (a checkpoint stream makes "every version" or "the
+newest N" a moving set of loads; name the versions instead).
 
 Example:
     >>> entries = parse_model_server_config(
     ...     'model_config_list { config { name: "digits" base_path: "ckpts" '
     ...     'model_file: "model.py" model_version_policy { specific { versions: 1200 } } } }',
     ...     "models.config")
-    >>> entries[0].name, os.path.basename(entries[0].base_path), entries[0].pinned
-    ('digits', 'ckpts', 1200)
+    >>> entries[0].name, os.path.basename(entries[0].base_path), entries[0].versions
+    ('digits', 'ckpts', (1200,))
 """
 
 from __future__ import annotations
@@ -60,20 +62,26 @@ class ModelConfigEntry:
         name: the model's name (``[A-Za-z0-9][A-Za-z0-9_.-]*``, at most 128 characters).
         base_path: its checkpoint directory, absolute.
         model_file: the model file whose graph it serves, absolute.
-        pinned: the version ``specific`` names, or None for the latest.
+        versions: the versions ``specific`` names, ascending, without repeats; ``()`` for
+            ``latest`` (the newest).
         version_labels: label -> version (TF Serving's ``version_labels``).
     """
 
     name: str
     base_path: str
     model_file: str
-    pinned: int | None = None
+    versions: tuple[int, ...] = ()
     version_labels: Mapping[str, int] = field(default_factory=dict)
 
     def same_graph(self, other: ModelConfigEntry) -> bool:
         """Whether ``other`` serves the same graph from the same directory (only its
         policy or labels may differ, which a running model can take without a rebuild)."""
         return (self.base_path, self.model_file) == (other.base_path, other.model_file)
+
+    def policies(self) -> tuple[int | None, ...]:
+        """The version policy of each of its managers: ``(None,)`` (latest) or the
+        versions, one manager pinned to each."""
+        return self.versions or (None,)
 
 
 def parse_model_server_config(text: str, source: str) -> list[ModelConfigEntry]:
@@ -169,27 +177,30 @@ def _entry(model: Any, where: str, bad: Any) -> ModelConfigEntry:
     if not os.path.isfile(model_file):
         raise bad(f"{where}: model_file {model.model_file} is not a file")
     return ModelConfigEntry(name, base_path, model_file,
-                            _pinned(model.model_version_policy, where, bad),
+                            _versions(model.model_version_policy, where, bad),
                             _labels(model.version_labels, where, bad))
 
 
-def _pinned(policy: Any, where: str, bad: Any) -> int | None:
+def _versions(policy: Any, where: str, bad: Any) -> tuple[int, ...]:
     which = policy.WhichOneof("policy_choice")
     if which is None or which == "latest":
         if which == "latest" and policy.latest.num_versions > 1:
             raise bad(f"{where}: latest {{ num_versions: {policy.latest.num_versions} }} is "
-                      "not supported: a model serves one version (num_versions: 1)")
-        return None
+                      "not supported: latest serves the newest version (num_versions: 1); "
+                      "name the versions to serve at once with specific { versions: ... }")
+        return ()
     if which == "all":
-        raise bad(f"{where}: model_version_policy all is not supported: a model serves one "
-                  "version (latest, or specific with one version)")
+        raise bad(f"{where}: model_version_policy all is not supported: serve latest, or "
+                  "name the versions with specific { versions: ... }")
     versions = list(policy.specific.versions)
-    if len(versions) != 1:
-        raise bad(f"{where}: specific must name exactly one version (a model serves one "
-                  f"version), got {versions}")
-    if versions[0] < 0:
-        raise bad(f"{where}: specific version {versions[0]} must be >= 0 (a global step)")
-    return int(versions[0])
+    if not versions:
+        raise bad(f"{where}: specific names no version (give versions: N, one per version)")
+    for v in versions:
+        if v < 0:
+            raise bad(f"{where}: specific version {v} must be >= 0 (a global step)")
+    if len(set(versions)) != len(versions):
+        raise bad(f"{where}: specific names a version more than once: {versions}")
+    return tuple(sorted(int(v) for v in versions))
 
 
 def _labels(labels: Any, where: str, bad: Any) -> dict[str, int]:

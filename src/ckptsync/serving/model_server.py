@@ -1,6 +1,7 @@
 """Many models in one server: TF Serving's ``ServerCore`` over a ``model_config_list``.
 
-A :class:`ModelServer` holds one :class:`ServedModel` per configured model, each with its
+A :class:`ModelServer` holds one :class:`~.served_model.ServedModel` per configured model,
+each with, per version it serves (one for ``latest``, one per ``specific`` version), its
 own servable (graph), :class:`~.manager.ModelManager` (source, loader, version policy),
 REST app (:func:`.http.create_app`), gRPC servicer and batch scheduler, exactly as a
 one-model server has them; the dispatchers (:mod:`.server_app` for HTTP,
@@ -11,25 +12,25 @@ forwards run on the event loop, as in a one-model server).
 
 :meth:`ModelServer.reload` applies a new config as TF Serving's ``ReloadConfig`` does,
 all or nothing: new models are built and started first; if any fails, nothing changes.
-Then kept models take their new policy and labels in place (a model is rebuilt only when
-its ``base_path`` or ``model_file`` changes), and removed or replaced models are closed
-after the switch (requests already in them finish on their snapshot).
+Then kept models take their new versions and labels in place (a model is rebuilt only
+when its ``base_path`` or ``model_file`` changes; a new version gets a manager of its own
+or a re-pinned one, see :mod:`.served_model`), and removed or replaced models and unused
+versions are closed after the switch (requests already in them finish on their snapshot).
 
-Version labels follow TF Serving's rule: a label moves only to an AVAILABLE version
-(here: the version the model serves). A label set to a version that is not served yet
-stays where it was (unset, for a new label) and moves the moment that version is served;
-:meth:`ModelServer.reload` returns such labels as warnings. (TF Serving refuses the whole
-reload instead; a checkpoint stream makes "not yet" the usual case, so ckptsync waits.)
+Version labels follow TF Serving's rule: a label moves only to an AVAILABLE version. A
+label set to a version that is not served yet stays where it was (unset, for a new label)
+and moves the moment that version is served; :meth:`ModelServer.reload` returns such
+labels as warnings. (TF Serving refuses the whole reload instead; a checkpoint stream
+makes "not yet" the usual case, so ckptsync waits.)
 
 Thread-safety: :meth:`ModelServer.reload` and :meth:`ModelServer.close` serialize on one
-lock; :meth:`ModelServer.model` and :meth:`ServedModel.resolve_label` may be called from
+lock; :meth:`ModelServer.model` and ``ServedModel.resolve_label`` may be called from
 any thread at any time (the model table is replaced whole, never changed in place).
 """
 
 from __future__ import annotations
 
 import gc
-import glob
 import logging
 import os
 import threading
@@ -40,9 +41,10 @@ from typing import Any
 
 from .. import errors
 from .batching import BatchingOptions
-from .manager import ManagerOptions, ModelManager
+from .manager import ManagerOptions
 from .model_config import ModelConfigEntry, read_model_config_file
 from .options import HttpOptions
+from .served_model import ServedModel, VersionSlot
 
 __all__ = ["ModelBuildError", "ModelServer", "ServedModel", "ServerOptions"]
 
@@ -81,169 +83,6 @@ class ModelBuildError(RuntimeError):
     def __init__(self, name: str, model_file: str, cause: BaseException):
         super().__init__(f'model "{name}": cannot build the model from {model_file}: {cause}')
         self.name, self.cause = name, cause
-
-
-class ServedModel:
-    """One model of a :class:`ModelServer`: its config, manager, REST app and gRPC servicer.
-
-    Attributes:
-        entry: its :class:`~.model_config.ModelConfigEntry` (the last one applied).
-        manager: its model manager (started).
-        app: its REST app (an ASGI app serving ``/v1/models/{name}...`` and
-            ``/v2/models/{name}...``).
-        grpc: its :class:`~.grpc_api.TfServingGrpc`, or None without gRPC.
-    """
-
-    def __init__(self, entry: ModelConfigEntry, options: ServerOptions,
-                 build_servable: Callable[[str, str], Any]):
-        from .http import create_app  # starlette: here so the module imports light
-
-        self.entry = entry
-        servable = build_servable(entry.model_file, options.device)
-        self.manager = ModelManager(servable, entry.base_path,
-                                    "latest" if entry.pinned is None else entry.pinned,
-                                    options=options.manager)
-        self.app = create_app(self.manager, entry.name, options=options.http,
-                              batching=options.batching)
-        self.grpc: Any = None
-        if options.grpc:
-            from .grpc_api import TfServingGrpc  # grpcio: only with gRPC on
-
-            self.grpc = TfServingGrpc(self.manager, entry.name, options.http,
-                                      self.app.state.registry, self.app.state.batcher)
-            self.grpc.resolve_label = self.resolve_label
-        self._summaries: Any = None
-        self._summary_dir = (None if options.summary_dir is None
-                             else os.path.join(options.summary_dir, entry.name))
-        self._lock = threading.Lock()
-        self._wanted: dict[str, int] = {}
-        self._labels: dict[str, int] = {}
-        self._closed = threading.Event()
-        self._label_thread: threading.Thread | None = None
-        self.set_labels(entry.version_labels)
-
-    @property
-    def name(self) -> str:
-        return self.entry.name
-
-    def start(self) -> ServedModel:
-        """Starts the manager (and the summaries). Raises OSError for an unwritable
-        summary directory."""
-        self.manager.start()
-        if self._summary_dir is not None:
-            from .summaries import ServingSummaries  # the tensorboard package: only here
-
-            self._summaries = ServingSummaries(self.manager, self._summary_dir,
-                                               self.app.state.registry).start()
-        return self
-
-    def close(self) -> None:
-        """Stops the batcher, the summaries and the manager; idempotent."""
-        self._closed.set()
-        if self._label_thread is not None:
-            self._label_thread.join(timeout=10)
-        batcher = self.app.state.batcher
-        if batcher is not None:
-            batcher.close()
-        if self._summaries is not None:
-            self._summaries.close()
-            self._summaries = None
-        self.manager.close()
-
-    def set_labels(self, labels: Mapping[str, int]) -> list[str]:
-        """Asks for ``labels`` (label -> version); returns a warning per label that waits
-        for its version to be AVAILABLE. A label left out is removed."""
-        with self._lock:
-            self._wanted = dict(labels)
-            self._labels = {k: v for k, v in self._labels.items() if k in self._wanted}
-        warnings = [w for w in (self._move(label) for label in labels) if w]
-        if warnings:
-            self._watch_labels()
-        return warnings
-
-    def _pending(self) -> list[int]:
-        with self._lock:
-            return [v for k, v in self._wanted.items() if self._labels.get(k) != v]
-
-    def _watch_labels(self) -> None:
-        """Moves waiting labels the moment their version is served (a thread that runs
-        while any label waits: a version may be served only briefly)."""
-        with self._lock:
-            if self._label_thread is not None and self._label_thread.is_alive():
-                return
-            self._label_thread = threading.Thread(
-                target=self._label_loop, name=f"ckptsync-labels-{self.name}", daemon=True)
-            self._label_thread.start()
-
-    def _label_loop(self) -> None:
-        while not self._closed.is_set():
-            pending = self._pending()
-            if not pending:
-                with self._lock:  # a set_labels racing this exit starts a new thread
-                    self._label_thread = None
-                return
-            served = self.manager.version
-            # Wakes at the swap that serves the lowest waiting version (or any newer);
-            # the 0.25 s bound catches a rollback to an older one and the close.
-            step = min((v for v in pending if served is None or v > served), default=None)
-            try:
-                self.manager.wait_for_version(step if step is not None else 2**63 - 1,
-                                              timeout_s=0.25)
-            except errors.DeadlineExceededError:
-                pass
-            for label in list(self._wanted):
-                self._move(label)
-
-    def _move(self, label: str) -> str | None:
-        """Moves ``label`` to its wanted version if that is AVAILABLE; else a warning."""
-        with self._lock:
-            want = self._wanted.get(label)
-            if want is None or self._labels.get(label) == want:
-                return None
-            if self.manager.version == want:
-                self._labels[label] = want
-                logger.info('model "%s": version label "%s" -> version %d', self.name,
-                            label, want)
-                return None
-            now = self._labels.get(label)
-        return (f'model "{self.name}": version label "{label}" stays '
-                f'{"unset" if now is None else f"at version {now}"} until version {want} is '
-                "AVAILABLE (a label moves only to an AVAILABLE version, as TF Serving's)")
-
-    def resolve_label(self, label: str) -> int:
-        """The version ``label`` names.
-
-        Raises:
-            InvalidArgumentError: the model has no such label (TF Serving's "Unrecognized
-                servable version label").
-            UnavailableError: the label's version has not been AVAILABLE yet.
-        """
-        self._move(label)
-        with self._lock:
-            version, want = self._labels.get(label), self._wanted.get(label)
-        if want is None:
-            known = ", ".join(sorted(self._wanted)) or "none"
-            raise errors.InvalidArgumentError(
-                None, None, f"Unrecognized servable version label: {label} (model "
-                f'"{self.name}" has labels: {known})')
-        if version is None:
-            raise errors.UnavailableError(
-                None, None, f'version label "{label}" of model "{self.name}" names version '
-                f"{want}, which has not been AVAILABLE since the label was set (served: "
-                f"{self.manager.version})")
-        return version
-
-    def labels(self) -> dict[str, int]:
-        """The labels in force (label -> version), after moving those now AVAILABLE."""
-        for label in list(self._wanted):
-            self._move(label)
-        with self._lock:
-            return dict(self._labels)
-
-    def pending_labels(self) -> dict[str, int]:
-        """The labels waiting for their version to be AVAILABLE (label -> that version)."""
-        with self._lock:
-            return {k: v for k, v in self._wanted.items() if self._labels.get(k) != v}
 
 
 class ModelServer:
@@ -326,21 +165,27 @@ class ModelServer:
     def _apply(self, entries: list[ModelConfigEntry]) -> list[str]:
         current = self._models
         built: dict[str, ServedModel] = {}
+        slots: dict[str, list[VersionSlot]] = {}  # kept models' new versions
         try:
             for entry in entries:
                 old = current.get(entry.name)
+                self._check_open()  # a SIGTERM stops a long reload between models
                 if old is None or not old.entry.same_graph(entry):
-                    self._check_open()  # a SIGTERM stops a long reload between models
                     built[entry.name] = _build_model(entry, self.options, self._build)
+                else:
+                    slots[entry.name] = _build_slots(old, entry, self._build)
             for name, model in built.items():
                 if name in current:  # a replacement: only once it serves
                     self._wait_served(model)
             with self._table_lock:
                 self._check_open()
-                warnings = self._install(entries, current, built)
+                warnings, unused = self._install(entries, current, built, slots)
         except BaseException:
             for model in built.values():
                 model.close()
+            for new in slots.values():
+                for slot in new:
+                    slot.close()
             raise
         removed = [name for name, old in current.items() if self._models.get(name) is not old]
         for name in removed:
@@ -348,8 +193,15 @@ class ModelServer:
                         "changed)" if name in self._models else "removed from the config: "
                         "unloaded")
             current[name].close()
+        freed = bool(removed or unused)
+        while unused:
+            name, slot = unused.pop()
+            logger.info('model "%s": unloaded %s (no longer in its model_version_policy)',
+                        name, "latest" if slot.policy is None else f"version {slot.policy}")
+            slot.close()
+            del slot
         del current  # the last reference to the old table
-        if removed:  # a model's app and manager refer to each other: free its snapshot now
+        if freed:  # an app and its manager refer to each other: free them now
             gc.collect()
         for name in built:
             logger.info('model "%s" added: serving %s from %s', name,
@@ -359,34 +211,29 @@ class ModelServer:
         return warnings
 
     def _install(self, entries: list[ModelConfigEntry], current: dict[str, ServedModel],
-                 built: dict[str, ServedModel]) -> list[str]:
-        """Makes the new table the served one; returns its warnings."""
+                 built: dict[str, ServedModel], slots: dict[str, list[VersionSlot]]
+                 ) -> tuple[list[str], list[tuple[str, VersionSlot]]]:
+        """Makes the new table the served one; returns its warnings and the kept models'
+        slots no longer used (to close)."""
         warnings: list[str] = []
+        unused: list[tuple[str, VersionSlot]] = []
         table: dict[str, ServedModel] = {}
         for entry in entries:
-            new = built.get(entry.name)
-            if new is not None:
-                model = new
-            else:  # kept: its policy and labels change in place
+            model = built.get(entry.name)
+            if model is None:  # kept: its versions and labels change in place
                 model = current[entry.name]
-                if model.entry.pinned != entry.pinned:
-                    pinned = entry.pinned
-                    model.manager.set_policy("latest" if pinned is None else pinned,
-                                             "the model config")
-                    if pinned is not None and not glob.glob(
-                            os.path.join(glob.escape(entry.base_path), f"*-{pinned}.h5")):
-                        warnings.append(f'model "{entry.name}": version {pinned} is not in '
-                                        f"{entry.base_path}; it keeps serving "
-                                        f"{model.manager.version} until it appears")
-                model.entry = entry
-            warnings += model.set_labels(entry.version_labels)
+                more, spare = model.apply(entry, slots.pop(entry.name, []))
+                warnings += more
+                unused += [(entry.name, slot) for slot in spare]
+            else:
+                warnings += model.set_labels(entry.version_labels)
             table[entry.name] = model
         self._models = table  # one assignment: a reader sees the old table or the new
-        return warnings
+        return warnings, unused
 
     def _wait_served(self, model: ServedModel) -> None:
         deadline = time.monotonic() + self.options.replace_wait_s
-        while model.manager.version is None:
+        while not model.served_versions():
             self._check_open()
             if time.monotonic() > deadline:
                 raise errors.UnavailableError(
@@ -394,7 +241,7 @@ class ModelServer:
                     f"served no version within {self.options.replace_wait_s:g} s "
                     f"({model.manager.not_ready_reason()}); the old one keeps serving")
             try:
-                model.manager.wait_for_version(0, timeout_s=0.1)
+                model.slots[0].manager.wait_for_version(0, timeout_s=0.1)
             except errors.DeadlineExceededError:
                 pass
 
@@ -463,4 +310,12 @@ def _build_model(entry: ModelConfigEntry, options: ServerOptions,
         return model.start()
     except BaseException as e:  # noqa: BLE001
         model.close()
+        raise ModelBuildError(entry.name, entry.model_file, e) from e
+
+
+def _build_slots(model: ServedModel, entry: ModelConfigEntry,
+                 build: Callable[[str, str], Any]) -> list[VersionSlot]:
+    try:
+        return model.build_slots(entry, build)
+    except BaseException as e:  # noqa: BLE001 - a model file may raise anything (SystemExit)
         raise ModelBuildError(entry.name, entry.model_file, e) from e

@@ -7,16 +7,21 @@ Routes::
     /v2/models/{name}...                    the model's Open Inference Protocol routes
     GET /healthz    200 while every model's watcher and loader run (503 names the others)
     GET /readyz     200 once every model serves a version (503 names those that do not)
+                    (``model_version`` the newest served, ``model_versions`` all)
     GET /v2/health/live   200     GET /v2/health/ready   200 when /readyz is, else 400
     GET /v2         server metadata
     GET /metrics    Prometheus text: every model's metrics, labelled ``model``, and the
                     server's ``ckptsync_config_reloads_total{result}`` and
                     ``ckptsync_unrouted_requests_total{code}`` (unknown models, labels
-                    and routes)
+                    and routes); a model serving several versions labels each
+                    version's samples ``specific_version``
 
 An unknown model is 404 ``{"error"}`` naming the models served; an unknown label is 400
 (TF Serving's "Unrecognized servable version label"), a label whose version has not been
-AVAILABLE yet 503. Each model's app is :func:`.http.create_app`'s, so a model's routes,
+AVAILABLE yet 503. A request naming a version (``/versions/{v}``, or a label's) goes to
+that version's app, one naming none to the newest version's (:mod:`.served_model`); a
+model serving several versions answers ``:pin`` and ``:unpin`` 409 (its config names its
+versions). Each version's app is :func:`.http.create_app`'s, so a model's routes,
 limits and errors are exactly those of a one-model server; the table of models is read
 once per request, so a config reload never sends a request to half of a model.
 
@@ -43,6 +48,7 @@ __all__ = ["create_server_app"]
 
 _MODEL_PATH = re.compile(r"^/(v1|v2)/models/([A-Za-z0-9][A-Za-z0-9_.\-]*)([/:].*)?$")
 _LABEL_PATH = re.compile(r"^/labels/([^/:]*)((?::[a-z]+|/metadata)?)$")
+_VERSION_PATH = re.compile(r"^/versions/([0-9]{1,19})(?:[/:]|$)")
 
 
 class _Answer(Exception):
@@ -106,10 +112,19 @@ class ServerApp:
                 raise _Answer(404, {"error": f"{scope.get('method')} {scope['path']}: Not "
                                              "Found (a label route is /v1/models/{name}/"
                                              "labels/{label}[:predict|/metadata])"})
-            version = model.resolve_label(lm.group(1))  # OpError: 400/503
+            version: int | None = model.resolve_label(lm.group(1))  # OpError: 400/503
             path = f"/v1/models/{name}/versions/{version}{lm.group(2)}"
             scope = {**scope, "path": path, "raw_path": path.encode()}
-        return model.app, scope
+        else:
+            vm = _VERSION_PATH.match(rest)
+            version = None if vm is None else int(vm.group(1))
+        if len(model.slots) > 1 and protocol == "v1" and rest in (":pin", ":unpin"):
+            raise _Answer(409, {"error": f'model "{name}" serves the versions its '
+                                         "model_version_policy names "
+                                         f"({', '.join(map(str, model.entry.versions))}): "
+                                         "change them in the model config; :pin and :unpin "
+                                         "are for a model serving one version"})
+        return model.slot_for(version).app, scope
 
     async def _server_route(self, scope: Any) -> tuple[int, Any, str]:
         path, method = scope["path"], scope["method"]
@@ -124,17 +139,25 @@ class ServerApp:
         return handler()
 
     def _healthz(self) -> tuple[int, Any, str]:
-        models = self.server.models
-        health = {name: m.manager.health() for name, m in models.items()}
-        problems = [f'model "{name}": {p}' for name, h in health.items()
-                    for p in health_problems(h)]
+        health: dict[str, Any] = {}
+        problems: list[str] = []
+        for name, m in self.server.models.items():
+            if len(m.slots) == 1:  # as a one-model server's /healthz
+                health[name] = h = m.slots[0].manager.health()
+                problems += [f'model "{name}": {p}' for p in health_problems(h)]
+                continue
+            health[name] = {"versions": {}}
+            for slot in m.slots:
+                health[name]["versions"][str(slot.policy)] = h = slot.manager.health()
+                problems += [f'model "{name}" version {slot.policy}: {p}'
+                             for p in health_problems(h)]
         if problems:
             return 503, {"error": "; ".join(problems)}, "application/json"
         return 200, {"status": "alive", "models": health}, "application/json"
 
     def _not_ready(self) -> list[str]:
         return [f'model "{name}": {m.manager.not_ready_reason()}'
-                for name, m in self.server.models.items() if m.manager.version is None]
+                for name, m in self.server.models.items() if not m.served_versions()]
 
     def _readyz(self) -> tuple[int, Any, str]:
         waiting = self._not_ready()
@@ -142,7 +165,8 @@ class ServerApp:
             return 503, {"error": "; ".join(waiting) or "no model is configured"}, \
                 "application/json"
         return 200, {"status": "ready", "models": {
-            name: {"model_version": m.manager.version, "version_labels": m.labels(),
+            name: {"model_version": m.manager.version, "model_versions": m.served_versions(),
+                   "version_labels": m.labels(),
                    "pending_version_labels": m.pending_labels()}
             for name, m in self.server.models.items()}}, "application/json"
 
@@ -181,14 +205,17 @@ class _MergedMetrics:
     def collect(self) -> Iterable[Metric]:
         families: dict[str, Metric] = {}
         for name, model in self._server.models.items():
-            for family in model.app.state.registry.collect():
-                merged = families.get(family.name)
-                if merged is None:
-                    merged = families[family.name] = Metric(
-                        family.name, family.documentation, family.type, family.unit)
-                merged.samples.extend(
-                    s if "model" in s.labels else s._replace(labels={**s.labels, "model": name})
-                    for s in family.samples)
+            for slot in model.slots:
+                extra = {"model": name}
+                if len(model.slots) > 1:
+                    extra["specific_version"] = str(slot.policy)
+                for family in slot.app.state.registry.collect():
+                    merged = families.get(family.name)
+                    if merged is None:
+                        merged = families[family.name] = Metric(
+                            family.name, family.documentation, family.type, family.unit)
+                    merged.samples.extend(s._replace(labels={**s.labels, **extra})
+                                          for s in family.samples)
         reloads = Metric("ckptsync_config_reloads", "Model config reloads by result", "counter")
         for result, count in self._server.reloads.items():
             reloads.add_sample("ckptsync_config_reloads_total", {"result": result}, count)
