@@ -37,14 +37,14 @@ def test_a_tf_serving_config_with_model_file_parses_to_checked_entries(files, mo
     text = config(
         'name: "a" base_path: "ckpts/a" model_file: "a.py" model_platform: "tensorflow"',
         'name: "b" base_path: "/abs/b" model_file: "b.py" '
-        'model_version_policy { specific { versions: 1200 } } '
+        'model_version_policy { specific { versions: 1200 versions: 7 } } '
         'version_labels { key: "stable" value: 1200 } version_labels { key: "canary" value: 7 }',
         'name: "c.v2-x" base_path: "c" model_file: "a.py" model_version_policy { latest { } }')
     a, b, c = parse_model_server_config(text, "models.config")
     # Relative paths are the working directory's, as TF Serving's.
     assert a == ModelConfigEntry("a", str(files / "ckpts" / "a"), str(files / "a.py"), (), {})
     assert (b.base_path, b.versions, dict(b.version_labels)) == (
-        "/abs/b", (1200,), {"canary": 7, "stable": 1200})
+        "/abs/b", (7, 1200), {"canary": 7, "stable": 1200})
     assert (c.name, c.versions, c.policies()) == ("c.v2-x", (), (None,))
     assert a.same_graph(ModelConfigEntry("a", a.base_path, a.model_file, (5,), {"x": 5}))
     assert not a.same_graph(c)
@@ -78,6 +78,10 @@ def test_a_tf_serving_config_with_model_file_parses_to_checked_entries(files, mo
      "specific names a version more than once: [1, 2, 1]"),
     (config('name: "a" base_path: "x" model_file: "a.py" '
             "model_version_policy { specific { } }"), "specific names no version"),
+    (config('name: "a" base_path: "x" model_file: "a.py" '
+            "model_version_policy { specific { versions: 4 versions: 6 } } "
+            'version_labels { key: "canary" value: 5 }'), 'version label "canary" names '
+     "version 5, which its model_version_policy does not serve (specific versions: 4, 6)"),
     (config('name: "a" base_path: "x" model_file: "a.py" '
             "model_version_policy { specific { versions: -1 } }"), "must be >= 0"),
     (config('name: "a" base_path: "x" model_file: "a.py" '

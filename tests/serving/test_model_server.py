@@ -379,9 +379,21 @@ def test_a_stable_and_a_canary_are_served_at_once_on_every_protocol(start, tmp_p
         assert r.status_code == 200 and r.headers["x-model-version"] == str(step), path
         np.testing.assert_allclose([p["logits"] for p in r.json()["predictions"]],
                                    logits(step), rtol=1e-6)
-    # 5 is on disk and named by no policy: not served, on any route.
-    assert server.post("/v1/models/a/versions/5:predict",
-                       json={"instances": X.tolist()}).status_code == 404
+    # 5 is on disk and named by no policy: not served, on any route; the answer names
+    # what is, and comes before the body is looked at (as TF Serving's servable lookup).
+    for r in (server.post("/v1/models/a/versions/5:predict", json={"instances": [[1]]}),
+              server.get("/v1/models/a/versions/5/metadata"),
+              server.post("/v2/models/a/versions/5/infer", content=b"{"),
+              server.get("/v2/models/a/versions/5")):
+        assert r.status_code == 404 and r.json()["error"] == (
+            "version 5 is not being served (serving versions 7, 3)"), r.text
+    assert server.get("/v1/models/a/versions/5").json() == {
+        "error": "Could not find version 5 of model a"}  # TF Serving's GetModelStatus
+    code, message = code_of(lambda: server.grpc_call(
+        "PredictionService", "Predict", predict_request(X, name="a", version=5),
+        pb.PredictResponse))
+    assert (code, message) == (grpc.StatusCode.NOT_FOUND,
+                               "version 5 is not being served (serving versions 7, 3)")
     # Status lists both versions, newest first, on REST and gRPC.
     status = server.get("/v1/models/a").json()["model_version_status"]
     assert [(s["version"], s["state"]) for s in status if s["state"] == "AVAILABLE"] == [
@@ -423,3 +435,7 @@ def test_a_stable_and_a_canary_are_served_at_once_on_every_protocol(start, tmp_p
     assert r.status_code == 200 and r.headers["x-model-version"] == "7"
     assert server.post("/v1/models/a/versions/3:predict",
                        json={"instances": X.tolist()}).status_code == 404
+    # The unloaded version stays in status as END, as TF Serving's.
+    status = server.get("/v1/models/a").json()["model_version_status"]
+    assert [(s["version"], s["state"]) for s in status if s["version"] in ("7", "3")] == [
+        ("7", "AVAILABLE"), ("3", "END")]

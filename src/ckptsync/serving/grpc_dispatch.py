@@ -64,6 +64,9 @@ class ModelServerGrpc:
         version: int | None = None
         if which == "version":
             version = spec.version.value
+            missing = None if status_call else model.not_served(version)
+            if missing is not None:
+                await context.abort(grpc.StatusCode.NOT_FOUND, missing)
         elif which == "version_label" and len(model.slots) > 1:
             try:
                 version = model.resolve_label(spec.version_label)

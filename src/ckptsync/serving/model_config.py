@@ -176,9 +176,15 @@ def _entry(model: Any, where: str, bad: Any) -> ModelConfigEntry:
     model_file = os.path.abspath(model.model_file)
     if not os.path.isfile(model_file):
         raise bad(f"{where}: model_file {model.model_file} is not a file")
-    return ModelConfigEntry(name, base_path, model_file,
-                            _versions(model.model_version_policy, where, bad),
-                            _labels(model.version_labels, where, bad))
+    versions = _versions(model.model_version_policy, where, bad)
+    labels = _labels(model.version_labels, where, bad)
+    for label, version in labels.items():
+        if versions and version not in versions:  # it could never be AVAILABLE
+            raise bad(f'{where}: version label "{label}" names version {version}, which its '
+                      "model_version_policy does not serve (specific versions: "
+                      f"{', '.join(map(str, versions))}); a label moves only to an "
+                      "AVAILABLE version")
+    return ModelConfigEntry(name, base_path, model_file, versions, labels)
 
 
 def _versions(policy: Any, where: str, bad: Any) -> tuple[int, ...]:

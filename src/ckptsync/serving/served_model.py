@@ -47,6 +47,7 @@ logger = logging.getLogger("ckptsync.serving.model_server")
 
 # When one version has several records (two slots saw it), the most served state wins.
 _STATE_RANK = {"AVAILABLE": 0, "LOADING": 1, "UNLOADING": 2, "START": 3, "END": 4}
+_ENDED_KEPT = 64
 
 
 class VersionSlot:
@@ -125,6 +126,9 @@ class ServedModel:
         self._labels: dict[str, int] = {}
         self._closed = threading.Event()
         self._label_thread: threading.Thread | None = None
+        # The last status of each version a closed slot served (END), as TF Serving
+        # keeps an unloaded version in GetModelStatus; the newest _ENDED_KEPT.
+        self._ended: dict[str, dict[str, Any]] = {}
         built: list[VersionSlot] = []
         try:
             for i, policy in enumerate(entry.policies()):
@@ -206,6 +210,16 @@ class ServedModel:
                 return slot
         return self.default_slot()
 
+    def not_served(self, version: int) -> str | None:
+        """For a model of several versions: why a request for ``version`` finds nothing
+        (no slot serves it or is pinned to it), naming the versions served; else None."""
+        slots = self.slots
+        if len(slots) == 1 or any(s.policy == version or s.manager.version == version
+                                  for s in slots):
+            return None
+        served = ", ".join(map(str, self.served_versions())) or "nothing"
+        return f"version {version} is not being served (serving versions {served})"
+
     def served_versions(self) -> list[int]:
         """The versions served now, newest first."""
         return sorted({v for v in (s.manager.version for s in self.slots) if v is not None},
@@ -219,9 +233,12 @@ class ServedModel:
             NotFoundError: ``version`` was given and no slot has a record of it.
         """
         slots = self.slots
-        if len(slots) == 1:
+        if len(slots) == 1 and not self._ended:
             return slots[0].manager.status(version)
         best: dict[str, dict[str, Any]] = {}
+        for entry in self._ended.values():  # versions of closed slots: END
+            if version is None or entry["version"] == str(version):
+                best[entry["version"]] = entry
         for slot in slots:
             try:
                 listing = slot.manager.status(version)
@@ -291,10 +308,26 @@ class ServedModel:
                     os.path.join(glob.escape(entry.base_path), f"*-{policy}.h5")):
                 warnings.append(f'model "{entry.name}": version {policy} is not in '
                                 f"{entry.base_path}; it is served once it appears")
+        for slot in spare:
+            self._end(slot)
         self.slots = tuple(by_policy[p] for p in entry.policies())
         self.entry = entry
         warnings += self.set_labels(entry.version_labels)
         return warnings, spare
+
+    def _end(self, slot: VersionSlot) -> None:
+        """Keeps the versions ``slot`` knows as END (it is about to close)."""
+        try:
+            listing = slot.manager.status()
+        except errors.OpError:  # its watchdog found it stuck: nothing to keep
+            return
+        for entry in listing:
+            if entry["state"] != "END":
+                entry = {**entry, "state": "END",
+                         "status": {"error_code": "OK", "error_message": ""}}
+            self._ended[entry["version"]] = entry
+        for old in sorted(self._ended, key=int)[:-_ENDED_KEPT]:
+            del self._ended[old]
 
     # -- labels --------------------------------------------------------------------------
     def set_labels(self, labels: Mapping[str, int]) -> list[str]:

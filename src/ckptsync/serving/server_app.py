@@ -19,7 +19,7 @@ Routes::
 An unknown model is 404 ``{"error"}`` naming the models served; an unknown label is 400
 (TF Serving's "Unrecognized servable version label"), a label whose version has not been
 AVAILABLE yet 503. A request naming a version (``/versions/{v}``, or a label's) goes to
-that version's app, one naming none to the newest version's (:mod:`.served_model`); a
+that version's app (a version none of a model's managers has is 404 naming those served), one naming none to the newest version's (:mod:`.served_model`); a
 model serving several versions answers ``:pin`` and ``:unpin`` 409 (its config names its
 versions). Each version's app is :func:`.http.create_app`'s, so a model's routes,
 limits and errors are exactly those of a one-model server; the table of models is read
@@ -124,6 +124,14 @@ class ServerApp:
                                          f"({', '.join(map(str, model.entry.versions))}): "
                                          "change them in the model config; :pin and :unpin "
                                          "are for a model serving one version"})
+        # A version no slot has: 404 naming those served, before the body is read (as
+        # TF Serving's servable lookup); status and readiness answer for themselves.
+        status_route = (rest.endswith("/ready") if protocol == "v2"
+                        else rest == f"/versions/{version}")
+        if version is not None and not status_route:
+            missing = model.not_served(version)
+            if missing is not None:
+                raise _Answer(404, {"error": missing})
         return model.slot_for(version).app, scope
 
     async def _server_route(self, scope: Any) -> tuple[int, Any, str]:
