@@ -334,24 +334,50 @@ def test_the_canary_flow_keeps_adds_and_unloads_versions_without_rebuilding_kept
     assert len(server.builds.built) == 2
 
 
-def test_moving_from_latest_to_specific_versions_re_pins_the_manager_in_place(
+def test_moving_between_latest_and_specific_versions_never_stops_serving_a_named_version(
         tmp_path, server):
-    for step in (4, 5):
+    for step in (1, 4, 5):
         publish(tmp_path / "ckpts-a", step)
     server.reload([entry(tmp_path, "a")])
     a = server.model("a")
     wait_serving(a, {None: 5})
     first = a.slots[0]
-    warnings = server.reload([entry(tmp_path, "a", versions=(5, 9))])
-    # The latest manager takes version 5 (what it serves: no load), 9 gets a new one.
-    assert a.slots[0] is first and first.policy == 5 and first.manager.version == 5
+    # The latest manager serves 5, which the new policy names: it takes 5 (no load, no
+    # moment without 5); 1 gets a manager of its own.
+    server.reload([entry(tmp_path, "a", versions=(1, 5))])
+    assert a.slots[1] is first and first.policy == 5 and 5 in a.served_versions()
+    wait_serving(a, {1: 1, 5: 5})
+    one = a.slots[0]
+    # Back to latest: the manager serving the newest version (5) takes it; 1's closes.
+    server.reload([entry(tmp_path, "a")])
+    assert a.slots == (first,) and first.policy is None and a.served_versions() == [5]
+    assert not one.manager.alive
+    # A version no longer named: its manager is re-pinned to the new one and serves the
+    # old one until the new one is loaded (TF Serving's availability-preserving policy).
+    server.reload([entry(tmp_path, "a", versions=(4,))])
+    assert a.slots == (first,) and first.policy == 4
+    wait_serving(a, {4: 4})
+    warnings = server.reload([entry(tmp_path, "a", versions=(4, 9))])
     assert [w for w in warnings if "version 9 is not in" in w]
     publish(tmp_path / "ckpts-a", 9)
-    wait_serving(a, {5: 5, 9: 9})
-    assert a.served_versions() == [9, 5]
-    server.reload([entry(tmp_path, "a")])  # back to latest: one manager, following 9
-    assert a.slots == (first,)
-    wait_serving(a, {None: 9})
+    wait_serving(a, {4: 4, 9: 9})
+    assert a.served_versions() == [9, 4]
+
+
+def test_a_close_stops_a_reload_between_versions(tmp_path, server):
+    server.reload([entry(tmp_path, "a", versions=(1,))])
+    builds = server.builds
+
+    def build(model_file, device):  # the server closes while the 2nd new version builds
+        if len(builds.built) == 2:
+            server.close()
+        return builds(model_file, device)
+
+    server._build = build
+    with pytest.raises(errors.FailedPreconditionError, match="closed"):
+        server.reload([entry(tmp_path, "a", versions=tuple(range(1, 51)))])
+    assert len(builds.built) == 3  # a's first version and 2 new ones: not 49
+    # (the autouse check finds no thread of the built ones left running)
 
 
 def test_a_new_version_that_fails_to_build_changes_nothing(tmp_path, server):

@@ -44,7 +44,7 @@ from .batching import BatchingOptions
 from .manager import ManagerOptions
 from .model_config import ModelConfigEntry, read_model_config_file
 from .options import HttpOptions
-from .served_model import ServedModel, VersionSlot
+from .served_model import ServedModel, SlotPlan, VersionSlot
 
 __all__ = ["ModelBuildError", "ModelServer", "ServedModel", "ServerOptions"]
 
@@ -165,28 +165,30 @@ class ModelServer:
     def _apply(self, entries: list[ModelConfigEntry]) -> list[str]:
         current = self._models
         built: dict[str, ServedModel] = {}
-        slots: dict[str, list[VersionSlot]] = {}  # kept models' new versions
+        plans: dict[str, SlotPlan] = {}  # how kept models take their new entries
         try:
             for entry in entries:
                 old = current.get(entry.name)
                 self._check_open()  # a SIGTERM stops a long reload between models
                 if old is None or not old.entry.same_graph(entry):
-                    built[entry.name] = _build_model(entry, self.options, self._build)
+                    built[entry.name] = _build_model(entry, self.options, self._build,
+                                                     self._check_open)
                 else:
-                    slots[entry.name] = _build_slots(old, entry, self._build)
+                    plans[entry.name] = _build_slots(old, entry, self._build,
+                                                     self._check_open)
             for name, model in built.items():
                 if name in current:  # a replacement: only once it serves
                     self._wait_served(model)
             with self._table_lock:
                 self._check_open()
-                warnings, unused = self._install(entries, current, built, slots)
+                warnings, unused = self._install(entries, current, built, plans)
         except BaseException:
             for model in built.values():
                 model.close()
-            for new in slots.values():
-                for slot in new:
-                    slot.close()
+            for plan in plans.values():
+                plan.close_built()
             raise
+        plans.clear()  # they name the slots to close: none may outlive the closing
         removed = [name for name, old in current.items() if self._models.get(name) is not old]
         for name in removed:
             logger.info('model "%s" %s', name, "replaced (its base_path or model_file "
@@ -211,7 +213,7 @@ class ModelServer:
         return warnings
 
     def _install(self, entries: list[ModelConfigEntry], current: dict[str, ServedModel],
-                 built: dict[str, ServedModel], slots: dict[str, list[VersionSlot]]
+                 built: dict[str, ServedModel], plans: dict[str, SlotPlan]
                  ) -> tuple[list[str], list[tuple[str, VersionSlot]]]:
         """Makes the new table the served one; returns its warnings and the kept models'
         slots no longer used (to close)."""
@@ -222,7 +224,7 @@ class ModelServer:
             model = built.get(entry.name)
             if model is None:  # kept: its versions and labels change in place
                 model = current[entry.name]
-                more, spare = model.apply(entry, slots.pop(entry.name, []))
+                more, spare = model.apply(plans[entry.name])
                 warnings += more
                 unused += [(entry.name, slot) for slot in spare]
             else:
@@ -301,9 +303,11 @@ class ModelServer:
 
 
 def _build_model(entry: ModelConfigEntry, options: ServerOptions,
-                 build: Callable[[str, str], Any]) -> ServedModel:
+                 build: Callable[[str, str], Any], check: Callable[[], None]) -> ServedModel:
     try:
-        model = ServedModel(entry, options, build)
+        model = ServedModel(entry, options, build, check)
+    except errors.FailedPreconditionError:  # the server is closing
+        raise
     except BaseException as e:  # noqa: BLE001 - a model file may raise anything (SystemExit)
         raise ModelBuildError(entry.name, entry.model_file, e) from e
     try:
@@ -314,8 +318,10 @@ def _build_model(entry: ModelConfigEntry, options: ServerOptions,
 
 
 def _build_slots(model: ServedModel, entry: ModelConfigEntry,
-                 build: Callable[[str, str], Any]) -> list[VersionSlot]:
+                 build: Callable[[str, str], Any], check: Callable[[], None]) -> SlotPlan:
     try:
-        return model.build_slots(entry, build)
+        return model.build_slots(entry, build, check)
+    except errors.FailedPreconditionError:  # the server is closing
+        raise
     except BaseException as e:  # noqa: BLE001 - a model file may raise anything (SystemExit)
         raise ModelBuildError(entry.name, entry.model_file, e) from e

@@ -32,6 +32,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
@@ -41,7 +42,7 @@ from .model_config import ModelConfigEntry
 if TYPE_CHECKING:
     from .model_server import ServerOptions
 
-__all__ = ["ServedModel", "VersionSlot"]
+__all__ = ["ServedModel", "SlotPlan", "VersionSlot"]
 
 logger = logging.getLogger("ckptsync.serving.model_server")
 
@@ -103,6 +104,31 @@ class VersionSlot:
         self.manager.close()
 
 
+@dataclass
+class SlotPlan:
+    """How a kept model takes a new config entry (see :meth:`ServedModel.build_slots`).
+
+    Attributes:
+        entry: the new entry.
+        kept: policy -> the slot that keeps it.
+        repin: (slot, its new policy) for slots moved to another version.
+        new: the policies that need a new slot; ``built`` holds them once built.
+        spare: the slots no longer used (closed after the switch).
+    """
+
+    entry: ModelConfigEntry
+    kept: dict[int | None, VersionSlot] = field(default_factory=dict)
+    repin: list[tuple[VersionSlot, int | None]] = field(default_factory=list)
+    new: list[int | None] = field(default_factory=list)
+    built: dict[int | None, VersionSlot] = field(default_factory=dict)
+    spare: list[VersionSlot] = field(default_factory=list)
+
+    def close_built(self) -> None:
+        """Closes the slots built for it (the reload failed)."""
+        for slot in self.built.values():
+            slot.close()
+
+
 class ServedModel:
     """One model of a :class:`~.model_server.ModelServer`: its slots and labels.
 
@@ -110,6 +136,8 @@ class ServedModel:
         entry: the model's config.
         options: the server's options.
         build_servable: ``(model_file, device) -> servable``.
+        check: runs before each version's graph is built (it raises to stop a reload
+            the server is closing).
 
     Attributes:
         entry: its :class:`~.model_config.ModelConfigEntry` (the last one applied).
@@ -118,7 +146,8 @@ class ServedModel:
     """
 
     def __init__(self, entry: ModelConfigEntry, options: ServerOptions,
-                 build_servable: Callable[[str, str], Any]):
+                 build_servable: Callable[[str, str], Any],
+                 check: Callable[[], None] = lambda: None):
         self.entry = entry
         self._options = options
         self._lock = threading.Lock()
@@ -132,6 +161,7 @@ class ServedModel:
         built: list[VersionSlot] = []
         try:
             for i, policy in enumerate(entry.policies()):
+                check()
                 built.append(self._slot(policy, i == 0, build_servable))
         except BaseException:
             for slot in built:
@@ -197,8 +227,9 @@ class ServedModel:
 
     def slot_for(self, version: int | None) -> VersionSlot:
         """The slot for a request naming ``version`` (None: the newest served): the slot
-        serving it, else the slot pinned to it (it answers "not yet loaded"), else the
-        default slot (it answers "not found")."""
+        serving it, else the slot pinned to it, else the default slot (for status routes;
+        the dispatchers answer a predict for a version none serves with
+        :meth:`not_served`)."""
         slots = self.slots
         if version is None or len(slots) == 1:
             return self.default_slot()
@@ -212,12 +243,14 @@ class ServedModel:
 
     def not_served(self, version: int) -> str | None:
         """For a model of several versions: why a request for ``version`` finds nothing
-        (no slot serves it or is pinned to it), naming the versions served; else None."""
+        (no slot serves it), naming the versions served; else None."""
         slots = self.slots
-        if len(slots) == 1 or any(s.policy == version or s.manager.version == version
-                                  for s in slots):
+        if len(slots) == 1 or any(s.manager.version == version for s in slots):
             return None
         served = ", ".join(map(str, self.served_versions())) or "nothing"
+        if any(s.policy == version for s in slots):
+            return (f"version {version} is not loaded yet (its model_version_policy names "
+                    f"it; serving versions {served})")
         return f"version {version} is not being served (serving versions {served})"
 
     def served_versions(self) -> list[int]:
@@ -255,65 +288,79 @@ class ServedModel:
         return sorted(best.values(), key=lambda e: -int(e["version"]))
 
     # -- reloads -------------------------------------------------------------------------
-    def _assign(self, entry: ModelConfigEntry) -> tuple[
-            dict[int | None, VersionSlot], list[tuple[VersionSlot, int | None]],
-            list[int | None], list[VersionSlot]]:
-        """How ``entry``'s policies map onto the slots: (kept by policy, re-pinned slots
-        with their new policy, policies needing a new slot, slots left over)."""
+    def _assign(self, entry: ModelConfigEntry) -> SlotPlan:
+        """How ``entry``'s policies map onto the slots, so that no version served now
+        and still named stops being served: a slot whose policy is still named keeps it;
+        a spare slot already serving a named version is pinned to it (no load); ``latest``
+        takes the spare slot serving the newest version; other spare slots are re-pinned
+        to the versions left (each serves its old version until the new one is loaded,
+        as TF Serving's availability-preserving policy); versions beyond get new slots."""
         wanted = entry.policies()
-        kept = {s.policy: s for s in self.slots if s.policy in wanted}
+        plan = SlotPlan(entry, kept={s.policy: s for s in self.slots if s.policy in wanted})
         spare = [s for s in self.slots if s.policy not in wanted]
-        missing = [p for p in wanted if p not in kept]
-        repin = list(zip(spare, missing, strict=False))
-        return kept, repin, missing[len(spare):], spare[len(missing):]
+        missing = [p for p in wanted if p not in plan.kept]
 
-    def build_slots(self, entry: ModelConfigEntry,
-                    build_servable: Callable[[str, str], Any]) -> list[VersionSlot]:
-        """The started slots ``entry`` needs beyond this model's (its new versions that
-        no slot can be re-pinned to), their graphs built by ``build_servable``. Raises
-        what building or starting one raises (the ones built are closed)."""
-        _, _, new, _ = self._assign(entry)
-        built: list[VersionSlot] = []
+        def take(slot: VersionSlot, policy: int | None) -> None:
+            plan.repin.append((slot, policy))
+            spare.remove(slot)
+            missing.remove(policy)
+
+        for policy in list(missing):
+            slot = next((s for s in spare if s.manager.version == policy), None)
+            if policy is not None and slot is not None:
+                take(slot, policy)
+        if None in missing and spare:
+            take(max(spare, key=lambda s: -1 if s.manager.version is None
+                     else s.manager.version), None)
+        for slot, policy in list(zip(spare, missing, strict=False)):
+            take(slot, policy)
+        plan.new, plan.spare = missing, spare
+        return plan
+
+    def build_slots(self, entry: ModelConfigEntry, build_servable: Callable[[str, str], Any],
+                    check: Callable[[], None] = lambda: None) -> SlotPlan:
+        """How this model takes ``entry`` (same graph): the plan, with the started slots
+        of its versions that no slot can be pinned to, their graphs built by
+        ``build_servable``. ``check()`` runs before each slot is built (it raises to stop
+        a reload the server is closing). Raises what building or starting one raises
+        (the ones built are closed)."""
+        plan = self._assign(entry)
         try:
-            for policy in new:
+            for policy in plan.new:
+                check()
                 slot = self._slot(policy, False, build_servable)
-                built.append(slot)
+                plan.built[policy] = slot
                 slot.start()
         except BaseException:
-            for slot in built:
-                slot.close()
+            plan.close_built()
             raise
-        return built
+        return plan
 
-    def apply(self, entry: ModelConfigEntry, built: list[VersionSlot]
-              ) -> tuple[list[str], list[VersionSlot]]:
-        """Takes ``entry`` (same graph) with the slots :meth:`build_slots` made for it.
+    def apply(self, plan: SlotPlan) -> tuple[list[str], list[VersionSlot]]:
+        """Takes the plan :meth:`build_slots` made.
 
         Returns:
             (warnings: pins to versions not on disk and labels waiting for their version,
             the slots no longer used: the caller closes them).
         """
-        kept, repin, _, spare = self._assign(entry)
-        by_policy = dict(kept)
+        entry = plan.entry
+        by_policy = {**plan.kept, **plan.built}
         warnings: list[str] = []
-        for slot, policy in repin:
+        for slot, policy in plan.repin:
             slot.manager.set_policy("latest" if policy is None else policy, "the model config")
             slot.policy = policy
             by_policy[policy] = slot
-        for slot, policy in zip(built, [p for p in entry.policies() if p not in by_policy],
-                                strict=True):
-            by_policy[policy] = slot
         for policy in entry.policies():
-            if policy is not None and policy not in kept and not glob.glob(
+            if policy is not None and policy not in plan.kept and not glob.glob(
                     os.path.join(glob.escape(entry.base_path), f"*-{policy}.h5")):
                 warnings.append(f'model "{entry.name}": version {policy} is not in '
                                 f"{entry.base_path}; it is served once it appears")
-        for slot in spare:
+        for slot in plan.spare:
             self._end(slot)
         self.slots = tuple(by_policy[p] for p in entry.policies())
         self.entry = entry
         warnings += self.set_labels(entry.version_labels)
-        return warnings, spare
+        return warnings, plan.spare
 
     def _end(self, slot: VersionSlot) -> None:
         """Keeps the versions ``slot`` knows as END (it is about to close)."""

@@ -20,8 +20,8 @@ An unknown model is 404 ``{"error"}`` naming the models served; an unknown label
 (TF Serving's "Unrecognized servable version label"), a label whose version has not been
 AVAILABLE yet 503. A request naming a version (``/versions/{v}``, or a label's) goes to
 that version's app (a version none of a model's managers has is 404 naming those served), one naming none to the newest version's (:mod:`.served_model`); a
-model serving several versions answers ``:pin`` and ``:unpin`` 409 (its config names its
-versions). Each version's app is :func:`.http.create_app`'s, so a model's routes,
+model whose policy is ``specific`` answers ``:pin`` and ``:unpin`` 409 (its config names
+its versions; without ``--admin-token`` they are 404, as everywhere). Each version's app is :func:`.http.create_app`'s, so a model's routes,
 limits and errors are exactly those of a one-model server; the table of models is read
 once per request, so a config reload never sends a request to half of a model.
 
@@ -118,12 +118,13 @@ class ServerApp:
         else:
             vm = _VERSION_PATH.match(rest)
             version = None if vm is None else int(vm.group(1))
-        if len(model.slots) > 1 and protocol == "v1" and rest in (":pin", ":unpin"):
+        if model.entry.versions and protocol == "v1" and rest in (":pin", ":unpin") and \
+                model.slots[0].app.state.options.admin_token is not None:
             raise _Answer(409, {"error": f'model "{name}" serves the versions its '
                                          "model_version_policy names "
                                          f"({', '.join(map(str, model.entry.versions))}): "
                                          "change them in the model config; :pin and :unpin "
-                                         "are for a model serving one version"})
+                                         "are for a model under latest"})
         # A version no slot has: 404 naming those served, before the body is read (as
         # TF Serving's servable lookup); status and readiness answer for themselves.
         status_route = (rest.endswith("/ready") if protocol == "v2"
