@@ -396,3 +396,15 @@ def test_a_new_version_that_fails_to_build_changes_nothing(tmp_path, server):
         server.reload([entry(tmp_path, "a", versions=(1, 2), labels={"canary": 2})])
     assert a.slots is before and serving(a) == {1: 1} and a.slots[0].manager.alive
     assert a.entry.versions == (1,) and a.pending_labels() == {}
+
+
+def test_each_further_version_writes_its_summaries_beside_the_models(tmp_path):
+    server = ModelServer(ServerOptions(grpc=False, summary_dir=str(tmp_path / "tb")), Builds())
+    try:
+        server.reload([entry(tmp_path, "a", versions=(1, 2))])
+        assert [s.policy for s in server.model("a").slots] == [1, 2]
+    finally:
+        server.close()  # writes and closes the event files
+    first = list((tmp_path / "tb" / "a").glob("events.out.tfevents.*"))
+    second = list((tmp_path / "tb" / "a" / "version_2").glob("events.out.tfevents.*"))
+    assert len(first) == 1 and len(second) == 1
