@@ -351,3 +351,45 @@ def test_a_latest_whose_file_is_missing_never_takes_the_server_back(tmp_path, ml
             wait_until(lambda: any("older than version 100" in r.getMessage()
                                    for r in caplog.records))
         assert os.path.exists(p100 + ".h5")
+
+
+def test_a_policy_change_while_a_version_waits_to_load_makes_the_policy_pick_again(
+        tmp_path, mlp):
+    publish(tmp_path, 1)
+    with fast_manager(mlp, tmp_path, unload_wait_s=60) as m:
+        m.wait_for_version(1, timeout_s=30)
+        held = m.acquire()  # a request on version 1, to its end below
+        publish(tmp_path, 2)
+        m.wait_for_version(2, timeout_s=30)  # 1 is retired, still held
+        publish(tmp_path, 3)
+        # 3 is chosen under latest and waits for version 1's last request.
+        wait_until(lambda: [e["state"] for e in m.status() if e["version"] == "3"] == [
+            "LOADING"], timeout_s=30)
+        loads = m.stats.reloads_succeeded
+        m.set_policy(2)  # a pin to what is served: nothing to load
+        del held
+        end_status(m, 3)
+        # 3 was never served: the wait's end found the policy changed, so it picked again.
+        assert m.version == 2 and m.stats.reloads_succeeded == loads
+
+
+def test_an_old_snapshot_kept_only_by_a_reference_cycle_does_not_hold_up_the_next_load(
+        tmp_path, mlp):
+    class Request:  # e.g. an error whose traceback's frames hold the snapshot
+        pass
+
+    publish(tmp_path, 1)
+    gc.disable()  # only the load thread's own collection may free the cycle
+    try:
+        with fast_manager(mlp, tmp_path, unload_wait_s=60) as m:
+            m.wait_for_version(1, timeout_s=30)
+            r = Request()
+            r.cycle, r.snapshot = r, m.acquire()
+            del r
+            publish(tmp_path, 2)
+            m.wait_for_version(2, timeout_s=30)  # retires 1, kept by the cycle
+            publish(tmp_path, 3)
+            # Not 60 s: after 0.2 s of waiting the load thread collects the cycle.
+            m.wait_for_version(3, timeout_s=20)
+    finally:
+        gc.enable()

@@ -4,15 +4,15 @@ which state, and the one it serves.
 Holds :class:`VersionState` and :class:`ManagerStats` (re-exported by :mod:`.manager` and
 the package), :class:`VersionRecord` (one per version tried) and :class:`VersionBook`,
 the record keeping the manager owns and calls: the ``status`` list, failure and retry
-bookkeeping (exponential backoff, give up after ``max_load_attempts`` until the file
-changes), which candidate to load next, the swap, retiring an old snapshot (UNLOADING ->
-END when its last request drops it), and the stuck-load watchdog. It starts no thread and
-knows no source, reader or HTTP; the manager is its only caller.
+bookkeeping (backoff, give up after ``max_load_attempts`` until the file changes), which
+candidate to load next, the swap, retiring an old snapshot (UNLOADING -> END when its last
+request drops it), the stuck-load watchdog. No thread, source, reader or HTTP here.
 """
 
 from __future__ import annotations
 
 import enum
+import gc
 import logging
 import math
 import os
@@ -391,10 +391,11 @@ class VersionBook:
             self._prune()
             self.cond.notify_all()
 
-    def abandon(self, rec: VersionRecord) -> None:
-        """Ends ``rec`` after an unexpected error in the manager; retried in a second."""
+    def abandon(self, rec: VersionRecord, retry_s: float = 1.0) -> None:
+        """Ends ``rec`` (an unexpected error in the manager, or a policy change while it
+        waited to load: ``retry_s`` 0); it may be tried again after ``retry_s``."""
         with self.cond:
-            rec.state, rec.retry_at_s = VersionState.END, time.monotonic() + 1.0
+            rec.state, rec.retry_at_s = VersionState.END, time.monotonic() + retry_s
 
     def reset_retries(self, version: int) -> None:
         """An explicit request (a pin): a failed ``version`` is tried again at once."""
@@ -420,19 +421,23 @@ class VersionBook:
 
     def wait_for_old_snapshots(self) -> None:
         """Waits until no retired snapshot is still held by a request (old + new at most),
-        up to ``unload_wait_s`` (then logs a warning and returns)."""
-        wait_s = self._options.unload_wait_s
-        deadline = time.monotonic() + wait_s
+        up to ``unload_wait_s`` (then logs a warning and returns). After 0.2 s it runs one
+        garbage collection: a snapshot kept only by a reference cycle (an error's frames)
+        is freed then, not whenever the collector would next run."""
+        wait_s, start, collected = self._options.unload_wait_s, time.monotonic(), False
         while True:
             with self.cond:
                 self._unloading = [r for r in self._unloading if r() is not None]
                 if not self._unloading or self.closed:
                     return
-            if time.monotonic() > deadline:
-                logger.warning(
-                    "a request has held an old snapshot for over %.0f s; loading anyway", wait_s
-                )
+            waited = time.monotonic() - start
+            if waited > wait_s:
+                logger.warning("a request has held an old snapshot for over %.0f s; loading "
+                               "anyway", wait_s)
                 return
+            if waited > 0.2 and not collected:
+                collected = True
+                gc.collect()
             self._freed.wait(0.01)
             self._freed.clear()
 
@@ -473,10 +478,8 @@ class VersionBook:
 
     def _prune(self) -> None:
         """Forgets all but the newest ``max_status_versions`` finished versions."""
-        done = sorted(
-            (r for r in self._records.values() if r.state == VersionState.END),
-            key=lambda r: r.version,
-        )
+        done = sorted((r for r in self._records.values() if r.state == VersionState.END),
+                      key=lambda r: r.version)
         for r in done[: max(0, len(done) - self._options.max_status_versions)]:
             del self._records[r.version]
 

@@ -7,32 +7,30 @@ Who calls what::
     load thread: book.next_target(policy.candidates()) ─▶ load_snapshot() [─▶ gate]
                  ─▶ book.swap(record, snapshot) | book.failed(record, ...)
     request:     snap = manager.acquire()  ... servable.run(snap.params, ...)   (no lock)
-    admin:       manager.pin(v) / manager.unpin()  (policy change; the load thread acts)
+    admin:       manager.pin(v) / manager.unpin() / set_policy (the load thread acts)
 
 A request takes the snapshot once and finishes on it, so no response mixes two versions;
 the old snapshot is freed when its last request drops it (its state goes UNLOADING -> END).
 A version that fails to load or verify, or that the optional gate refuses, never replaces
-the one being served: its status records the error and it is retried with backoff,
-``max_load_attempts`` times, then only once its file changes. Only with nothing served
-does the latest policy fall back to an older checkpoint. A vanished file (retention)
-makes the manager rescan.
+the one being served: its status records the error; it is retried with backoff,
+``max_load_attempts`` times, then once its file changes. Only with nothing served does
+latest fall back to an older checkpoint. A vanished file (retention) makes it rescan.
 
 Memory: at most two snapshots are resident, old + new: before loading, the load thread
 waits (up to ``unload_wait_s``) for the previous old snapshot's last request to end.
-``free_before_load`` drops the served snapshot before loading the next one (half the peak,
-a short unavailability; a refused version then brings the previous one back).
+``free_before_load`` drops the served snapshot before loading (half the peak, a short
+unavailability; a refused version then brings the previous one back).
 
 Watchdog: a load running longer than ``load_timeout_s`` (a damaged file can hang h5py)
-marks that version failed with DEADLINE_EXCEEDED and the loader not alive (``/healthz``
-answers 503 so an orchestrator restarts the process); the last good version keeps serving.
+marks that version failed (DEADLINE_EXCEEDED) and the loader not alive (``/healthz`` 503,
+so an orchestrator restarts the process); the last good version keeps serving.
 
-Thread-safety: every public method may be called from any thread. ``acquire`` takes no
-lock (one attribute read).
+Thread-safety: every public method, from any thread; ``acquire`` takes no lock.
 
-Composition: a :class:`~.source.CheckpointSource` (or its process twin), an optional
-reader process, one load thread calling :class:`~._cow.CopyOnWrite` (a copy-on-write
-apply, else :func:`~.loader.load_snapshot`), a :class:`~._versions.VersionBook`,
-:mod:`._notices`, one frozen :class:`~.options.ManagerOptions`.
+Composition: a :class:`~.source.CheckpointSource` (or its process twin), a reader process,
+a load thread calling :class:`~._cow.CopyOnWrite` (else :func:`~.loader.load_snapshot`),
+a :class:`~._versions.VersionBook`, :mod:`._notices`, a :class:`~.options.ManagerOptions`.
+A policy change while a version waits or loads makes the policy pick again.
 
 Example:
     >>> from ckptsync.serving import GraphServable, ModelManager, validate_inputs
@@ -202,9 +200,10 @@ class ModelManager:
                 raise UnavailableError(None, None, self.not_ready_reason())
             return snap
         if snap is None or snap.version != version:
-            serving = "nothing" if snap is None else f"version {snap.version}"
-            raise NotFoundError(None, None,
-                                f"version {version} is not being served (serving {serving})")
+            serving, snap = "nothing" if snap is None else f"version {snap.version}", None
+            # (snap dropped: a traceback kept in a reference cycle would keep it alive)
+            raise NotFoundError(None, None, f"version {version} is not being served "
+                                f"(serving {serving})")
         return snap
 
     @property
@@ -238,8 +237,8 @@ class ModelManager:
     @property
     def alive(self) -> bool:
         """True while the load thread runs (and is not stuck) and the source is alive."""
-        stuck = self._book.stuck
-        return bool(self._thread and self._thread.is_alive() and not stuck and self._source.alive)
+        return bool(self._thread and self._thread.is_alive() and not self._book.stuck and
+                    self._source.alive)
 
     @property
     def stats(self) -> ManagerStats:
@@ -283,18 +282,13 @@ class ModelManager:
         thread_alive = bool(self._thread and self._thread.is_alive())
         pinned = self._policy.pinned
         gone = self._pin_watch.check(self._book.current, pinned)
+        source = self._source
         return {
-            "watcher": {
-                "alive": self._source.alive,
-                "mode": "poll" if self.options.poll else "events",
-                "restarts": self._source.observer_restarts,
-                "state_error": self._source.state_error,
-            },
+            "watcher": {"alive": source.alive, "mode": "poll" if self.options.poll else "events",
+                        "restarts": source.observer_restarts, "state_error": source.state_error},
             "loader": {
-                "alive": thread_alive and not stuck,
-                "loading_version": loading_version,
-                "loading_for_s": loading_for_s,
-                "stuck": stuck,
+                "alive": thread_alive and not stuck, "loading_version": loading_version,
+                "loading_for_s": loading_for_s, "stuck": stuck,
                 "reader_restarts": 0 if reader is None else reader.restarts,
                 "served": None if (snap := self._book.current) is None else {
                     "version": snap.version, "load_kind": snap.load_kind,
@@ -422,7 +416,6 @@ class ModelManager:
         """Re-reads the state file now (normally the source does this on its own)."""
         self._source.rescan()
 
-    # -- the load thread -----------------------------------------------------------------
     def _on_aspired(self, listing: AspiredVersions) -> None:
         with self._cond:
             self._listing = listing
@@ -443,8 +436,7 @@ class ModelManager:
                     if target is not None:
                         break
                     self._cond.wait(wait_s)
-                rec = book.begin_load(target)
-                following_latest = self._policy.pinned is None  # as the target was chosen
+                rec, following_latest = book.begin_load(target), policy.pinned is None
                 gated = self.options.gate is not None and following_latest
             try:
                 if self.options.free_before_load:
@@ -453,6 +445,9 @@ class ModelManager:
                         logger.info("free_before_load: stopped serving version %d to load %d",
                                     retired, target.version)
                 book.wait_for_old_snapshots()
+                if self._policy is not policy:  # changed meanwhile: the target is stale
+                    book.abandon(rec, retry_s=0.0)
+                    continue
                 book.watch(rec)
                 self._load(target, rec, gated, following_latest)
             except Exception:  # a bug here must not kill the thread that does the swaps
@@ -475,8 +470,9 @@ class ModelManager:
             if vanished:
                 logger.warning("%s vanished before it was read; rescanning", target.prefix)
                 self._source.rescan()
-            else:
-                logger.error("refusing version %d (%s): %s", target.version, self._serving(), e)
+            else:  # (closed meanwhile: the reader's end, no fault)
+                (logger.info if book.closed else logger.error)(
+                    "refusing version %d (%s): %s", target.version, self._serving(), e)
             return
         gate = self.options.gate
         if gated and gate is not None:
@@ -488,6 +484,10 @@ class ModelManager:
                                self._serving(), reason)
                 return
         with self._cond:
+            pinned = self._policy.pinned  # changed while loading: the policy picks again
+            if (not following_latest if pinned is None else pinned != target.version):
+                book.abandon(rec, retry_s=0.0)
+                return
             swapped, previous = book.swap(rec, snap)
             went_back = (swapped and following_latest and self._policy.pinned is None
                          and previous is not None and snap.version < previous)
