@@ -493,8 +493,8 @@ class ModelManager:
                          and previous is not None and snap.version < previous)
         if not swapped:
             return
-        logger.info("serving version %d (%s, %.1f ms load, %d bytes read)", snap.version,
-                    snap.load_kind, snap.load_duration_s * 1e3, snap.bytes_read)
+        logger.info("serving version %d of %s (%s, %.1f ms load, %d bytes read)", snap.version,
+                    self.source_dir, snap.load_kind, snap.load_duration_s * 1e3, snap.bytes_read)
         if went_back and previous is not None:
             logger.warning("%s", notices.went_back_message(snap.version, previous))
 

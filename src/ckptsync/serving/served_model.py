@@ -347,7 +347,8 @@ class ServedModel:
         by_policy = {**plan.kept, **plan.built}
         warnings: list[str] = []
         for slot, policy in plan.repin:
-            slot.manager.set_policy("latest" if policy is None else policy, "the model config")
+            slot.manager.set_policy("latest" if policy is None else policy,
+                                    f'the model config (model "{entry.name}")')
             slot.policy = policy
             by_policy[policy] = slot
         for policy in entry.policies():
