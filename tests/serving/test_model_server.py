@@ -5,6 +5,8 @@ models serving; version labels; the CLI's errors."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import subprocess
 import threading
@@ -439,3 +441,55 @@ def test_a_stable_and_a_canary_are_served_at_once_on_every_protocol(start, tmp_p
     status = server.get("/v1/models/a").json()["model_version_status"]
     assert [(s["version"], s["state"]) for s in status if s["version"] in ("7", "3")] == [
         ("7", "AVAILABLE"), ("3", "END")]
+
+
+TF_CANARY_SCRIPT = r'''
+import json, os, sys
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+import grpc, numpy as np, tensorflow as tf
+from tensorflow_serving.apis import (get_model_status_pb2, model_service_pb2_grpc,
+    predict_pb2, prediction_service_pb2_grpc)
+channel = grpc.insecure_channel(sys.argv[1])
+stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+out = {}
+for label in ("stable", "canary", ""):
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = "a"
+    if label:
+        request.model_spec.version_label = label
+    request.inputs["x"].CopyFrom(tf.make_tensor_proto(np.array(json.loads(sys.argv[2]),
+                                                               np.float32)))
+    response = stub.Predict(request, timeout=30)
+    out[label or "none"] = [response.model_spec.version.value,
+                            tf.make_ndarray(response.outputs["logits"]).tolist()]
+status = get_model_status_pb2.GetModelStatusRequest()
+status.model_spec.name = "a"
+reply = model_service_pb2_grpc.ModelServiceStub(channel).GetModelStatus(status, timeout=30)
+out["status"] = [(s.version, get_model_status_pb2.ModelVersionStatus.State.Name(s.state))
+                 for s in reply.model_version_status]
+print(json.dumps(out))
+'''
+
+
+def test_tf_servings_own_client_reaches_a_stable_and_a_canary_by_label(start, tmp_path):
+    from .test_grpc import TF_CLIENT
+
+    assert TF_CLIENT.exists(), f"{TF_CLIENT} is missing: scripts/setup-tf-client installs it"
+    for step in (3, 7):
+        publish(tmp_path / "ckpts-a", step)
+    server = start(model_config(tmp_path, {"a": (
+        "model_version_policy { specific { versions: 3 versions: 7 } } "
+        'version_labels { key: "stable" value: 3 } version_labels { key: "canary" value: 7 }')}))
+    wait_until(lambda: server.get("/readyz").status_code == 200
+               and server.get("/readyz").json()["models"]["a"]["model_versions"] == [7, 3],
+               timeout_s=60)
+    r = subprocess.run([str(TF_CLIENT), "-c", TF_CANARY_SCRIPT,
+                        f"127.0.0.1:{server.grpc_port}", json.dumps(X.tolist())],
+                       capture_output=True, text=True, timeout=240,
+                       env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    for key, step in (("stable", 3), ("canary", 7), ("none", 7)):
+        assert out[key][0] == step, key
+        np.testing.assert_array_equal(np.array(out[key][1], np.float32), logits(step))
+    assert [tuple(s) for s in out["status"]] == [(7, "AVAILABLE"), (3, "AVAILABLE")]
