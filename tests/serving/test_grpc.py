@@ -235,6 +235,15 @@ def test_a_port_in_use_is_a_one_line_error_naming_the_flag(tmp_path, model_file)
     assert f"(--grpc-port {port}; 0 turns gRPC off)" in last
 
 
+# The end of a TF Serving client script: GetModelStatus of MODEL into out, out printed.
+TF_CLIENT_STATUS = r'''
+status = get_model_status_pb2.GetModelStatusRequest()
+status.model_spec.name = MODEL
+reply = model_service_pb2_grpc.ModelServiceStub(channel).GetModelStatus(status, timeout=30)
+out["status"] = [(s.version, get_model_status_pb2.ModelVersionStatus.State.Name(s.state))
+                 for s in reply.model_version_status]
+print(json.dumps(out))
+'''
 TF_CLIENT_SCRIPT = r'''
 import json, os, sys
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
@@ -262,13 +271,8 @@ meta.metadata_field.append("signature_def")
 sigs = get_model_metadata_pb2.SignatureDefMap()
 stub.GetModelMetadata(meta, timeout=30).metadata["signature_def"].Unpack(sigs)
 out["inputs"] = {k: v.name for k, v in sigs.signature_def["serving_default"].inputs.items()}
-status = get_model_status_pb2.GetModelStatusRequest()
-status.model_spec.name = "mlp"
-reply = model_service_pb2_grpc.ModelServiceStub(channel).GetModelStatus(status, timeout=30)
-out["status"] = [(s.version, get_model_status_pb2.ModelVersionStatus.State.Name(s.state))
-                 for s in reply.model_version_status]
-print(json.dumps(out))
-'''
+MODEL = "mlp"
+''' + TF_CLIENT_STATUS
 
 
 def test_tf_servings_own_client_works_unchanged(start):

@@ -25,7 +25,7 @@ from ckptsync.serving.tensor_proto import make_ndarray
 
 from .conftest import MLPServable, mlp_params, publish, wait_until
 from .test_cli import infer, run_infer, wait_for_port
-from .test_grpc import code_of, free_port, predict_request, stop_server
+from .test_grpc import TF_CLIENT, TF_CLIENT_STATUS, code_of, free_port, predict_request, stop_server
 
 X = np.random.default_rng(11).standard_normal((2, 4)).astype(np.float32)
 
@@ -462,18 +462,11 @@ for label in ("stable", "canary", ""):
     response = stub.Predict(request, timeout=30)
     out[label or "none"] = [response.model_spec.version.value,
                             tf.make_ndarray(response.outputs["logits"]).tolist()]
-status = get_model_status_pb2.GetModelStatusRequest()
-status.model_spec.name = "a"
-reply = model_service_pb2_grpc.ModelServiceStub(channel).GetModelStatus(status, timeout=30)
-out["status"] = [(s.version, get_model_status_pb2.ModelVersionStatus.State.Name(s.state))
-                 for s in reply.model_version_status]
-print(json.dumps(out))
-'''
+MODEL = "a"
+''' + TF_CLIENT_STATUS
 
 
 def test_tf_servings_own_client_reaches_a_stable_and_a_canary_by_label(start, tmp_path):
-    from .test_grpc import TF_CLIENT
-
     assert TF_CLIENT.exists(), f"{TF_CLIENT} is missing: scripts/setup-tf-client installs it"
     for step in (3, 7):
         publish(tmp_path / "ckpts-a", step)
