@@ -166,6 +166,9 @@ def test_unknown_model_version_route_are_404(serve):
         client.post("/v1/models/other:predict", json={"instances": X}),
         client.post("/v1/models/mlp/versions/8:predict", json={"instances": X}),
         client.get("/v1/models/other"),
+        # The version is looked up before the body is read, as TF Serving's servable.
+        client.post("/v1/models/mlp/versions/8:predict", json={"instances": [[1]]}),
+        client.post("/v2/models/mlp/versions/8/infer", content=b"{"),
         client.get("/v1/models/mlp/versions/8"),
         client.get("/v1/models/mlp/versions/8/metadata"),
         client.get("/nowhere"),
@@ -174,7 +177,8 @@ def test_unknown_model_version_route_are_404(serve):
         assert r.status_code == 404, r.text
         assert set(r.json()) == {"error"}
     assert 'model "other" not found; this server serves "mlp"' in cases[0].json()["error"]
-    assert "version 8 is not being served (serving version 7)" in cases[1].json()["error"]
+    for r in (cases[1], cases[3], cases[4]):
+        assert "version 8 is not being served (serving version 7)" in r.json()["error"]
 
 
 def test_body_over_cap_is_413_by_header_and_by_stream(serve):

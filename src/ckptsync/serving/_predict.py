@@ -223,6 +223,8 @@ class PredictHandler:
                                          f"'{api.model_name}')")
                 api.check_name(name)  # raises the 404 (or 405 for a misplaced verb)
             version = None if v is None else url_version(v)
+            if version is not None and version != api.manager.version:
+                api.manager.acquire(version)  # its 404, before the body (TF Serving's lookup)
             body = await read_capped_body(scope["headers"], receive, self.api.max_request_bytes)
             if api.batcher is not None:
                 status, data, extra_headers = await self._answer_batched(
