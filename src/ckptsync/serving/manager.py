@@ -436,8 +436,8 @@ class ModelManager:
                     if target is not None:
                         break
                     self._cond.wait(wait_s)
-                rec, following_latest = book.begin_load(target), policy.pinned is None
-                gated = self.options.gate is not None and following_latest
+                rec = book.begin_load(target)
+                gated = self.options.gate is not None and policy.pinned is None
             try:
                 if self.options.free_before_load:
                     retired = book.retire_current(keep=target)
@@ -445,11 +445,11 @@ class ModelManager:
                         logger.info("free_before_load: stopped serving version %d to load %d",
                                     retired, target.version)
                 book.wait_for_old_snapshots()
-                if self._policy is not policy:  # changed meanwhile: the target is stale
+                if not self._policy.keeps(target.version, policy):  # changed meanwhile
                     book.abandon(rec, retry_s=0.0)
                     continue
                 book.watch(rec)
-                self._load(target, rec, gated, following_latest)
+                self._load(target, rec, gated, policy)
             except Exception:  # a bug here must not kill the thread that does the swaps
                 logger.exception("unexpected error loading %s", target.prefix)
                 book.abandon(rec)
@@ -458,7 +458,7 @@ class ModelManager:
             self._cow.served(book.current)  # digests after a full load: requests run on it
 
     def _load(self, target: AspiredVersion, rec: VersionRecord, gated: bool,
-              following_latest: bool) -> None:
+              chosen_under: VersionPolicy) -> None:
         logger.info("loading version %d from %s", target.version, target.prefix)
         book = self._book
         try:
@@ -484,12 +484,11 @@ class ModelManager:
                                self._serving(), reason)
                 return
         with self._cond:
-            pinned = self._policy.pinned  # changed while loading: the policy picks again
-            if (not following_latest if pinned is None else pinned != target.version):
+            if not self._policy.keeps(target.version, chosen_under):  # changed meanwhile
                 book.abandon(rec, retry_s=0.0)
                 return
             swapped, previous = book.swap(rec, snap)
-            went_back = (swapped and following_latest and self._policy.pinned is None
+            went_back = (swapped and chosen_under.pinned is None and self._policy.pinned is None
                          and previous is not None and snap.version < previous)
         if not swapped:
             return

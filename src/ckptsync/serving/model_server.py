@@ -30,12 +30,13 @@ any thread at any time (the model table is replaced whole, never changed in plac
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -170,12 +171,13 @@ class ModelServer:
             for entry in entries:
                 old = current.get(entry.name)
                 self._check_open()  # a SIGTERM stops a long reload between models
-                if old is None or not old.entry.same_graph(entry):
-                    built[entry.name] = _build_model(entry, self.options, self._build,
-                                                     self._check_open)
-                else:
-                    plans[entry.name] = _build_slots(old, entry, self._build,
-                                                     self._check_open)
+                with _building(entry):
+                    if old is None or not old.entry.same_graph(entry):
+                        built[entry.name] = ServedModel(entry, self.options, self._build,
+                                                        self._check_open).start()
+                    else:
+                        plans[entry.name] = old.build_slots(entry, self._build,
+                                                            self._check_open)
             for name, model in built.items():
                 if name in current:  # a replacement: only once it serves
                     self._wait_served(model)
@@ -302,26 +304,14 @@ class ModelServer:
             model.close()
 
 
-def _build_model(entry: ModelConfigEntry, options: ServerOptions,
-                 build: Callable[[str, str], Any], check: Callable[[], None]) -> ServedModel:
+@contextlib.contextmanager
+def _building(entry: ModelConfigEntry) -> Iterator[None]:
+    """What building ``entry``'s graphs or starting its managers raises, as a
+    :class:`ModelBuildError` (a model file may raise anything, ``SystemExit`` too); a
+    closing server's ``FailedPreconditionError`` as it is."""
     try:
-        model = ServedModel(entry, options, build, check)
-    except errors.FailedPreconditionError:  # the server is closing
+        yield
+    except errors.FailedPreconditionError:
         raise
-    except BaseException as e:  # noqa: BLE001 - a model file may raise anything (SystemExit)
-        raise ModelBuildError(entry.name, entry.model_file, e) from e
-    try:
-        return model.start()
-    except BaseException as e:  # noqa: BLE001
-        model.close()
-        raise ModelBuildError(entry.name, entry.model_file, e) from e
-
-
-def _build_slots(model: ServedModel, entry: ModelConfigEntry,
-                 build: Callable[[str, str], Any], check: Callable[[], None]) -> SlotPlan:
-    try:
-        return model.build_slots(entry, build, check)
-    except errors.FailedPreconditionError:  # the server is closing
-        raise
-    except BaseException as e:  # noqa: BLE001 - a model file may raise anything (SystemExit)
+    except BaseException as e:  # noqa: BLE001 - a model file may raise anything
         raise ModelBuildError(entry.name, entry.model_file, e) from e

@@ -45,6 +45,12 @@ class VersionPolicy:
                 f"policy must be 'latest' or a version number, got {policy!r}"
             ) from None
 
+    def keeps(self, version: int, chosen_under: VersionPolicy) -> bool:
+        """Whether a load of ``version``, chosen under ``chosen_under``, is still what this
+        policy asks for (a policy change meanwhile makes the manager pick again): the same
+        pin, or latest both times."""
+        return self.pinned == version if self.pinned is not None else chosen_under.pinned is None
+
     def is_choice(self, candidate: AspiredVersion, checkpoint_dir: str) -> bool:
         """Whether ``candidate``, first of :meth:`candidates`, is what this policy asks
         for rather than a stand-in: pinned, always; latest, when the state file names it

@@ -198,9 +198,14 @@ class ServedModel:
         return self.default_slot().manager
 
     def start(self) -> ServedModel:
-        """Starts every slot. Raises OSError for an unwritable summary directory."""
-        for slot in self.slots:
-            slot.start()
+        """Starts every slot. Raises OSError for an unwritable summary directory (the
+        model closed)."""
+        try:
+            for slot in self.slots:
+                slot.start()
+        except BaseException:
+            self.close()
+            raise
         return self
 
     def close(self) -> None:
