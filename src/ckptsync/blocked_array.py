@@ -40,7 +40,7 @@ from .errors import CkptsyncValueError
 __all__ = ["BlockPool", "BlockedArray"]
 
 _BLOCK_BYTES = 4096  # as checkpoint.digests.BLOCK_BYTES
-_CHUNK_BLOCKS = 256  # blocks copied at a time by with_rows (~1 MiB)
+_CHUNK_BLOCKS = 256  # blocks copied at a time by with_rows (~1 MiB: in cache)
 
 
 def default_block_rows(shape: tuple[int, ...], itemsize: int) -> int:
@@ -118,6 +118,41 @@ class BlockPool:
 
     def _register(self, version: BlockedArray) -> None:
         self._live.append(weakref.ref(version))
+
+    def _where(self, phys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(arena, block within it) of physical blocks ``phys``."""
+        which = np.searchsorted(self.starts, phys, side="right") - 1
+        return which, phys - self.starts[which]
+
+    def _copy_blocks(self, src: np.ndarray, dst: np.ndarray) -> None:
+        """Physical blocks ``src`` copied onto ``dst`` (none of them arena 0's short last
+        block; a ``src`` that is gets its rows copied). Holds the lock."""
+        b, views = self.block_rows, self.block_arenas
+        s_arena, s_at = self._where(src)
+        d_arena, d_at = self._where(dst)
+        tail = self._reserved[0] if self._reserved.size else -1
+        regular = src != tail
+        if len(views) == 1:
+            views[0][d_at[regular]] = views[0][s_at[regular]]
+        else:
+            for a in np.unique(s_arena[regular]).tolist():
+                for d in np.unique(d_arena[regular & (s_arena == a)]).tolist():
+                    k = regular & (s_arena == a) & (d_arena == d)
+                    views[d][d_at[k]] = views[a][s_at[k]]
+        for k in np.flatnonzero(~regular).tolist():
+            views[d_arena[k]][d_at[k], : self.rows % b] = self.arenas[0][tail * b:]
+
+    def _write_rows(self, phys: np.ndarray, offsets: np.ndarray, values: np.ndarray) -> None:
+        """``values[i]`` written to row ``offsets[i]`` of physical block ``phys[i]``
+        (never arena 0's short last block). Holds the lock."""
+        which, at = self._where(phys)
+        local = at * self.block_rows + offsets
+        if len(self.arenas) == 1:
+            self.arenas[0][local] = values
+            return
+        for a in np.unique(which).tolist():
+            k = which == a
+            self.arenas[a][local[k]] = values[k]
 
 
 class BlockedArray:
@@ -318,57 +353,31 @@ class BlockedArray:
             slots = self._slots.copy()
             slots[blocks] = fresh
             new = BlockedArray(pool, slots)  # not visible to anyone until returned
-            for c0 in range(0, blocks.size, _CHUNK_BLOCKS):
-                c1 = min(c0 + _CHUNK_BLOCKS, blocks.size)
-                data = self._blocks(blocks[c0:c1])  # these blocks as they are
-                r0, r1 = np.searchsorted(of_row, [c0, c1])
-                data[of_row[r0:r1] - c0, r[r0:r1] - blk[r0:r1] * b] = vals[r0:r1]
-                dst = fresh[c0:c1]
-                which = np.searchsorted(pool.starts, dst, side="right") - 1
-                for a, view in enumerate(pool.block_arenas):
-                    at = np.flatnonzero(which == a)
-                    if at.size == dst.size:  # all in one arena (the usual case)
-                        view[dst - pool.starts[a]] = data
-                    elif at.size:
-                        view[dst[at] - pool.starts[a]] = data[at]
+            for c0 in range(0, blocks.size, _CHUNK_BLOCKS):  # cache-sized temporaries
+                pool._copy_blocks(self._slots[blocks[c0:c0 + _CHUNK_BLOCKS]],
+                                  fresh[c0:c0 + _CHUNK_BLOCKS])
+            pool._write_rows(fresh[of_row], r - blk * b, vals)  # into the copies
         return new, blocks
 
     def block_bytes(self, blocks: Any) -> list[memoryview]:
         """The bytes (C order, the dtype's byte order) of each of the logical ``blocks``,
         memoryviews of the pool: valid while this version lives (for hashing)."""
         b, n = self.block_rows, self.shape[0]
-        row_nbytes = math.prod(self.shape[1:]) * self.dtype.itemsize
+        nbytes = b * math.prod(self.shape[1:]) * self.dtype.itemsize  # of a whole block
         idx = np.asarray(blocks, np.int64).reshape(-1)
         phys = self._slots[idx]
-        which = np.searchsorted(self._starts, phys, side="right") - 1
         flat = [a.reshape(-1).view(np.uint8).data for a in self._arenas]
-        starts = self._starts.tolist()
-        out = []
-        for j, p, a in zip(idx.tolist(), phys.tolist(), which.tolist()):
-            at = (p - starts[a]) * b * row_nbytes
-            out.append(flat[a][at:at + min(b, n - j * b) * row_nbytes])
-        return out
-
-    def _blocks(self, blocks: np.ndarray) -> np.ndarray:
-        """Logical blocks ``blocks`` as a new ``[t, B, *row_shape]`` array (of a short
-        last block, only its rows are set)."""
-        b, n = self.block_rows, self.shape[0]
-        phys = self._slots[blocks]
-        out = np.empty((blocks.size, b, *self.shape[1:]), self.dtype)
-        tail = n // b if n % b else -1  # arena 0's short block (the table's last one)
-        which = np.searchsorted(self._starts, phys, side="right") - 1
-        if tail >= 0:
-            which[phys == tail] = -1  # copied below
-        views = self.pool.block_arenas
-        for a in range(len(self._arenas)):
-            at = np.flatnonzero(which == a)
-            if at.size == phys.size:
-                np.take(views[a], phys - self._starts[a], axis=0, out=out)
-            elif at.size:
-                out[at] = np.take(views[a], phys[at] - self._starts[a], axis=0)
-        at = np.flatnonzero(phys == tail)
-        if at.size:
-            out[at[0], : n % b] = self._arenas[0][tail * b:]
+        if len(flat) == 1:
+            mem = flat[0]  # (arena 0's short last block ends with the buffer)
+            out = [mem[o:o + nbytes] for o in (phys * nbytes).tolist()]
+        else:
+            which = np.searchsorted(self._starts, phys, side="right") - 1
+            at = (phys - self._starts[which]) * nbytes
+            out = [flat[a][o:o + nbytes] for a, o in zip(which.tolist(), at.tolist())]
+        if n % b:  # the table's short last block, wherever it lies
+            short = (n % b) * nbytes // b
+            for k in np.flatnonzero(idx == n // b).tolist():
+                out[k] = out[k][:short]
         return out
 
 

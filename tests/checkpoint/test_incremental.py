@@ -402,6 +402,27 @@ def test_the_read_process_loads_a_delta(trained) -> None:
     _assert_bit_equal(dict(got), {k: states[7][k] for k in ["emb", "dense/b", "new/v"]})
 
 
+def test_only_after_reads_the_changes_only_when_the_named_parent_is_the_one(trained) -> None:
+    """A following server's one read: the changes when the checkpoint's recorded parent is
+    the one it serves (file name and index hash), else only the links, in process and
+    through the read process alike."""
+    _, p, states = trained
+    with CheckpointReader(p[4]) as r:
+        parent = (os.path.basename(p[4]) + ".h5", r.index_xxh3)
+    with CheckpointReadProcess(timeout_s=60.0) as reader:
+        for read in (lambda *a, **k: (read_changes(*a, **k), None),
+                     reader.read_changes):
+            c, _ = read(p[5], ["emb"], only_after=parent)
+            assert list(c.variables) == ["emb"]
+            assert c["emb"].values.tobytes() == states[5]["emb"][c["emb"].rows].tobytes()
+            for other in [(os.path.basename(p[3]), parent[1]), (parent[0], "0" * 16)]:
+                links, _ = read(p[5], ["emb"], only_after=other)
+                assert (links.parent, links.parent_index_xxh3) == (p[4], parent[1])
+                assert not links.variables  # nothing read but the links
+            full, _ = read(p[0], ["emb"], only_after=parent)  # names no parent
+            assert full.parent is None and not full.variables
+
+
 def test_a_delta_through_the_public_module(trained) -> None:
     _, p, _ = trained
     assert ckpt.checkpoint_chain is checkpoint_chain

@@ -8,6 +8,8 @@ import gc
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import ckptsync as cs
 from ckptsync.blocked_array import BlockedArray
@@ -140,3 +142,32 @@ def test_the_graph_reads_a_blocked_table_by_gathers_and_a_plain_copy_elsewhere()
     with pytest.raises(InvalidArgumentError, match=r"indices\[0\] = -1 is not in \[0, 103\)"):
         servable.run({"emb": BlockedArray.adopt(emb, block_rows=B), "dense": dense, "w": w},
                      {"ids": np.array([-1], np.int64)})
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.integers(1, 120), block_rows=st.integers(1, 9), width=st.integers(1, 3),
+       seed=st.integers(0, 2**31 - 1), steps=st.integers(1, 10))
+def test_every_live_version_reads_as_its_ndarray_over_arenas_and_short_blocks(
+        rows, block_rows, width, seed, steps):
+    """Random row updates of random tables (short last blocks, blocks spread over several
+    arenas as versions are dropped and their blocks reused): each version still alive
+    reads, gathers and hashes (``block_bytes``) exactly as the ndarray it stands for."""
+    rng = np.random.default_rng(seed)
+    ref = rng.standard_normal((rows, width)).astype(np.float32)
+    version = BlockedArray.adopt(ref.copy(), block_rows)
+    alive = [(version, ref)]
+    for _ in range(steps):
+        changed = rng.choice(rows, int(rng.integers(0, rows + 1)), replace=False)
+        values = rng.standard_normal((changed.size, width)).astype(np.float32)
+        ref = ref.copy()
+        ref[changed] = values
+        version, _ = version.with_rows(changed, values)
+        alive.append((version, ref))
+        if len(alive) > 2 and rng.random() < 0.6:  # drop an older one: its blocks free up
+            del alive[int(rng.integers(0, len(alive) - 1))]
+        for v, expected in alive:
+            assert np.array_equal(v.to_ndarray(), expected)
+            ids = rng.integers(0, rows, 7)
+            assert np.array_equal(v.gather(ids), expected[ids])
+            blocks = v.block_bytes(np.arange(-(-rows // block_rows)))
+            assert b"".join(bytes(m) for m in blocks) == expected.tobytes()

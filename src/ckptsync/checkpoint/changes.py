@@ -110,7 +110,8 @@ def checkpoint_chain(prefix: str | os.PathLike[str]) -> list[str]:
 
 
 def read_changes(prefix: str | os.PathLike[str], names: Iterable[str] | None = None,
-                 verify: bool = True, *, values: bool = True) -> CheckpointChanges:
+                 verify: bool = True, *, values: bool = True,
+                 only_after: tuple[str, str] | None = None) -> CheckpointChanges:
     """Reads what checkpoint ``prefix`` records against its predecessor (no composing).
 
     - a delta: each variable's kind; for ``rows`` the rows and the stored rows' values,
@@ -128,6 +129,10 @@ def read_changes(prefix: str | os.PathLike[str], names: Iterable[str] | None = N
             their own: check the block digest of the value they make (``digest``).
         values: False reads no values (every ``values`` is None): the kinds, rows and
             digests only, from the tables (``ckptsync inspect``).
+        only_after: ``(parent file name, its index xxh3)``: read the variables only when
+            the checkpoint names exactly that predecessor (its basename, with or without
+            ``.h5``); otherwise return its links with no variables (one open of the file
+            either way: what a server that follows the trainer asks).
 
     Returns:
         A :class:`CheckpointChanges`.
@@ -147,6 +152,10 @@ def read_changes(prefix: str | os.PathLike[str], names: Iterable[str] | None = N
                               v.dtype)
             for k, v in read.items()})
     with CheckpointReader(prefix) as reader:
+        if only_after is not None and not _names_parent(reader, *only_after):
+            return CheckpointChanges(prefix, reader.predecessor, reader.predecessor_index_xxh3,
+                                     reader.global_step, not reader.is_delta, {},
+                                     reader.index_xxh3)
         keys = sorted(reader._index) if wanted is None else wanted
         for k in keys:
             if k not in reader._index:
@@ -188,6 +197,16 @@ def read_changes(prefix: str | os.PathLike[str], names: Iterable[str] | None = N
         return CheckpointChanges(prefix, reader.predecessor, reader.predecessor_index_xxh3,
                                  reader.global_step, not reader.is_delta, out,
                                  reader.index_xxh3)
+
+
+def _names_parent(reader: CheckpointReader, name: str, index_xxh3: str) -> bool:
+    """True when ``reader``'s checkpoint records ``name`` (a basename) with that index
+    hash as its predecessor."""
+    parent = reader.predecessor
+    if parent is None or reader.predecessor_index_xxh3 != index_xxh3:
+        return False
+    strip = _format.DATA_SUFFIX
+    return os.path.basename(parent).removesuffix(strip) == os.path.basename(name).removesuffix(strip)
 
 
 def _changes_dataset(reader: CheckpointReader) -> tuple[tuple[int, ...], str]:

@@ -228,9 +228,10 @@ class CopyOnWrite:
         servable: the model.
         allow_nonfinite: as the manager's option.
         read: ``read(prefix, names) -> arrays`` for a full load (None: in process).
-        read_changes: ``read_changes(prefix, names) -> (changes, index_xxh3)``: the
-            checkpoint's ``checkpoint.read_changes(prefix, names, verify=True)`` and its
-            own index hash (None: both read in this process).
+        read_changes: ``read_changes(prefix, names, only_after=None) -> (changes,
+            index_xxh3)``: the checkpoint's ``checkpoint.read_changes(prefix, names,
+            verify=True, only_after=...)`` and its own index hash (None: both read in
+            this process).
         index_xxh3: ``index_xxh3(prefix) -> str`` of a checkpoint (None: its
             ``CheckpointReader.index_xxh3`` in this process).
         load: the full load, as :func:`~.loader.load_snapshot` (the default).
@@ -240,7 +241,7 @@ class CopyOnWrite:
 
     def __init__(self, servable: Servable, allow_nonfinite: bool = False,
                  read: Callable[[str, list[str]], Mapping[str, np.ndarray]] | None = None,
-                 read_changes: Callable[[str, list[str]], tuple[Any, str]] | None = None,
+                 read_changes: Callable[..., tuple[Any, str]] | None = None,
                  index_xxh3: Callable[[str], str] | None = None,
                  load: Callable[..., Snapshot] = load_snapshot):
         self.servable = servable
@@ -312,18 +313,25 @@ class CopyOnWrite:
         names = list(self.servable.variable_specs)
         start = time.perf_counter()
         try:
-            links, _ = self.read_changes(target.prefix, [])  # first its links only: a
-            steps = [target.prefix]                           # full one is read just once
-            if not _links(links, served.prefix, state.index_xxh3):
-                # Behind by more than one: the versions between, if the chain reaches back
-                # to the served one (else a full load composes the chain).
-                between = self._between(links, served.prefix, state.index_xxh3)
+            # One read when the checkpoint follows the served one (its changes only if it
+            # names it: a full checkpoint that does not is read just once, in full).
+            first, own = self.read_changes(
+                target.prefix, names,
+                only_after=(os.path.basename(served.prefix), state.index_xxh3))
+            if _links(first, served.prefix, state.index_xxh3):
+                steps: list[tuple[str, Any]] = [(target.prefix, (first, own))]
+            else:  # behind by more than one: the versions between, if the chain reaches
+                # back to the served one (else a full load composes the chain)
+                between = self._between(first, served.prefix, state.index_xxh3)
                 if between is None:
                     return None
-                steps = between + steps
+                steps = [(p, None) for p in [*between, target.prefix]]
+            del first
             snap, digests, index, total = served, state.digests, state.index_xxh3, 0
-            for prefix in steps:  # one step's changes in memory at a time
-                changes, own = self.read_changes(prefix, names)
+            while steps:  # one step's changes in memory at a time
+                prefix, read = steps.pop(0)
+                changes, own = read or self.read_changes(prefix, names)
+                del read
                 if not _links(changes, snap.prefix, index):
                     return None  # a file replaced meanwhile
                 version = target.version if prefix == target.prefix else \
@@ -380,8 +388,9 @@ def _read_split(reader: Any, tables: frozenset[str], prefix: str, names: list[st
             **(reader.read(prefix, rest) if rest else {})}
 
 
-def _read_changes_here(prefix: str, names: list[str]) -> tuple[Any, str]:
-    changes = ckpt.read_changes(prefix, names=names, verify=True)
+def _read_changes_here(prefix: str, names: list[str],
+                       only_after: tuple[str, str] | None = None) -> tuple[Any, str]:
+    changes = ckpt.read_changes(prefix, names=names, verify=True, only_after=only_after)
     return changes, str(changes.index_xxh3)
 
 

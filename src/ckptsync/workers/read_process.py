@@ -154,10 +154,12 @@ class CheckpointReadProcess:
         reply, fd = self._request(b"R", prefix, names)
         return _map(reply, fd, writable)
 
-    def read_changes(self, prefix: str, names: Sequence[str], writable: bool = False
+    def read_changes(self, prefix: str, names: Sequence[str], writable: bool = False,
+                     only_after: tuple[str, str] | None = None
                      ) -> tuple[CheckpointChanges, str]:
         """What checkpoint ``prefix`` records against its predecessor, as
-        ``checkpoint.read_changes(prefix, names, verify=True)``, and its own index hash
+        ``checkpoint.read_changes(prefix, names, verify=True, only_after=only_after)``,
+        and its own index hash
         (``CheckpointReader.index_xxh3``), read in the worker (``names`` empty: only the
         hash and the links). The rows and values are views of one shared block
         (read-only unless ``writable``, as :meth:`read`).
@@ -165,7 +167,8 @@ class CheckpointReadProcess:
         Raises:
             as :meth:`read`.
         """
-        reply, fd = self._request(b"C", prefix, names)
+        extra = {} if only_after is None else {"only_after": list(only_after)}
+        reply, fd = self._request(b"C", prefix, names, extra)
         arrays = _map(reply, fd, writable)
         doc = reply["changes"]
         variables = {
@@ -178,8 +181,8 @@ class CheckpointReadProcess:
                                     doc["index_xxh3"])
         return changes, str(doc["index_xxh3"])
 
-    def _request(self, tag: bytes, prefix: str, names: Sequence[str]
-                 ) -> tuple[dict[str, Any], int | None]:
+    def _request(self, tag: bytes, prefix: str, names: Sequence[str],
+                 extra: dict[str, Any] | None = None) -> tuple[dict[str, Any], int | None]:
         """One request answered with shared memory: (reply, its fd or None)."""
         with self._lock:
             if self._closed:
@@ -188,7 +191,7 @@ class CheckpointReadProcess:
             # died before it saw the request); dying twice on one file fails the read.
             for attempt in range(2):
                 hangs = self._worker.hangs
-                reply, fds, pid = self._ask(prefix, names, tag)
+                reply, fds, pid = self._ask(prefix, names, tag, extra)
                 if reply is not None:
                     break
                 if self._closed:
@@ -214,6 +217,7 @@ class CheckpointReadProcess:
             return reply, fds[0] if fds else None
 
     def _ask(self, prefix: str, names: Sequence[str], tag: bytes = b"R",
+             extra: dict[str, Any] | None = None,
              ) -> tuple[dict[str, Any] | None, list[int], int | None]:
         """One request to the worker (started if needed): (reply, fds, pid); reply None
         when the worker died (it is then reaped)."""
@@ -231,7 +235,8 @@ class CheckpointReadProcess:
             reply: dict[str, Any] | None = None
             fds: list[int] = []
             if ready:
-                send_frame(sock, tag, {"prefix": os.fspath(prefix), "names": list(names)})
+                send_frame(sock, tag, {"prefix": os.fspath(prefix), "names": list(names),
+                                       **(extra or {})})
                 worker.await_answer(self._timeout_s, f"reading {prefix}.h5")  # else killed
                 _, reply, fds = recv_frame_with_fds(sock, 1)
         except OSError:
@@ -371,7 +376,9 @@ def _changes_job(request: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
     block = _Block()
     try:
         prefix = request["prefix"]
-        changes = read_changes(prefix, list(request["names"]), verify=True)
+        after = request.get("only_after")
+        changes = read_changes(prefix, list(request["names"]), verify=True,
+                               only_after=None if after is None else (after[0], after[1]))
         own = changes.index_xxh3
         arrays: list[tuple[str, np.ndarray]] = []
         for name, c in changes.items():
