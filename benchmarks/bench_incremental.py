@@ -15,8 +15,9 @@ not measured (it takes up the changes made while the other block ran). Per check
 - **publish -> served**: from the state file's mtime once ``save`` returned (the file
   that makes the checkpoint visible; a coarse kernel clock, so it errs late, never
   early) to the first answer of a one-row predict carrying the new version, predicting
-  back to back on one keep-alive connection (lockstep: the next steps start once it is
-  served).
+  back to back on one keep-alive connection from a thread started just before ``save``
+  (so an answer given while ``save`` still deletes the files retention let go counts;
+  lockstep: the next steps start once it is served).
 - **server memory**: anonymous + shared-memory PSS of the server and its helper
   processes (``/proc/PID/smaps_rollup``, a snapshot's pages counted once), sampled every
   5 ms during each block; its base is measured before the server loaded anything, so a
@@ -170,6 +171,29 @@ class Server:
                 raise RuntimeError(f"version {version} not served in {timeout_s} s (last {v}): "
                                f"{self.log_tail()}")
 
+    def watch_version(self, version: int, timeout_s: float = 120.0) -> Any:
+        """:meth:`wait_version` on a thread started now, so that an answer given while
+        the trainer is still in ``save`` (deleting the files retention let go, after the
+        state file named the new checkpoint) counts; the returned call waits for it and
+        gives its wall time."""
+        box: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                box["t"] = self.wait_version(version, timeout_s)
+            except Exception as e:  # re-raised by the caller
+                box["e"] = e
+
+        thread = threading.Thread(target=run, name="probe", daemon=True)
+        thread.start()
+
+        def seen() -> float:
+            thread.join(timeout_s + 10)
+            if "e" in box or "t" not in box:
+                raise box.get("e", RuntimeError(f"version {version}: the probe hung"))
+            return float(box["t"])
+        return seen
+
     def pss_kib(self) -> int:
         return tree_pss_kib(self.proc.pid)
 
@@ -263,12 +287,13 @@ def block(tr: Trainer, mode: str, server: Server | None, n: int, every: int,
         sampler.start()
     for _ in range(n):
         out.rows.append(tr.train(every))
+        seen = None if server is None else server.watch_version(tr.step)
         stall, size, published, full = tr.save(mode)
         out.fulls += full
         out.stall_s.append(stall)
         out.bytes.append(size)
-        if server is not None:
-            out.lag_s.append(server.wait_version(tr.step) - published)
+        if seen is not None:
+            out.lag_s.append(seen() - published)
             if full:
                 out.full_lag_s.append(out.lag_s[-1])
     if server is not None:

@@ -21,7 +21,8 @@ CLI = ROOT / "cli"
 # itself names only the package's __init__).
 LAYERS: list[tuple[str, ...]] = [
     ("ckptsync.errors", "ckptsync.dtypes", "ckptsync.logging", "ckptsync.flags"),
-    ("ckptsync.checkpoint", "ckptsync.datasets", "ckptsync.gfile", "ckptsync.io"),
+    ("ckptsync.checkpoint", "ckptsync.datasets", "ckptsync.gfile", "ckptsync.io",
+     "ckptsync.blocked_array"),
     ("ckptsync.workers",),
     (
         "ckptsync.graph", "ckptsync.tensor", "ckptsync.tensor_shape", "ckptsync.device",
@@ -30,7 +31,7 @@ LAYERS: list[tuple[str, ...]] = [
         "ckptsync.session", "ckptsync.indexed_slices", "ckptsync.contrib", "ckptsync.graph_keys", "ckptsync.math", "ckptsync.linalg",
         "ckptsync.summary", "ckptsync.data",
         "ckptsync.losses", "ckptsync.metrics", "ckptsync.layers",
-        "ckptsync.random", "ckptsync.debugging", "ckptsync.v2_compat", "ckptsync.blocked_array",
+        "ckptsync.random", "ckptsync.debugging", "ckptsync.v2_compat",
     ),
     # The package's own __init__: curated re-exports of the runtime (subpackages above
     # it load lazily through its __getattr__).

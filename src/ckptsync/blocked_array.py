@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import threading
 import weakref
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -57,20 +58,33 @@ class BlockPool:
     ``p`` lies in the arena whose range of block numbers holds it. Arenas are added, never
     removed or moved, so a version keeps reading the arenas it was made with.
 
+    Args:
+        base: arena 0, ``[rows, *row_shape]``, C-contiguous and writable.
+        block_rows: B.
+        handle: what :attr:`handles` records for ``base`` (e.g. its shared-memory file).
+        new_arena: ``new_arena(shape, dtype) -> (array, handle)`` makes each added arena
+            (default: ``np.empty``, handle None), e.g. in shared memory that another
+            process can write (serving's reader process applies deltas there).
+
     Attributes:
         block_rows: rows per block (B). rows: rows of the table. dtype, row_shape: of a row.
+        arenas, handles, starts: each arena, its handle and its first physical block.
 
-    Thread-safety: :meth:`BlockedArray.with_rows` holds the lock while it takes blocks;
-    the attributes a reader uses are replaced (new tuples), never mutated.
+    Thread-safety: :meth:`BlockedArray.with_rows` holds :attr:`lock` while it takes
+    blocks; the attributes a reader uses are replaced (new tuples), never mutated.
     """
 
-    def __init__(self, base: np.ndarray, block_rows: int):
+    def __init__(self, base: np.ndarray, block_rows: int, handle: Any = None,
+                 new_arena: Callable[[tuple[int, ...], np.dtype], tuple[np.ndarray, Any]]
+                 | None = None):
         self.block_rows = block_rows
         self.rows = int(base.shape[0])
         self.dtype = base.dtype
         self.row_shape: tuple[int, ...] = tuple(base.shape[1:])
         self.n_blocks = -(-self.rows // block_rows)
         self.arenas: tuple[np.ndarray, ...] = (base,)
+        self.handles: tuple[Any, ...] = (handle,)
+        self._new_arena = new_arena or _private_arena
         # Each arena's whole blocks as [blocks, B, *row_shape] (arena 0's short last block,
         # if any, is reached through ``arenas`` only).
         full = self.rows // block_rows
@@ -84,6 +98,22 @@ class BlockPool:
         self._live: list[weakref.ref[BlockedArray]] = []
         self._lock = threading.Lock()
 
+    @classmethod
+    def over(cls, arenas: Sequence[np.ndarray], rows: int, block_rows: int) -> BlockPool:
+        """A pool over existing arenas (arena 0 of ``rows`` rows, the others of whole
+        blocks), as another process's pool laid them out: for writing blocks into them
+        (:meth:`BlockedArray.with_rows` with ``fresh``)."""
+        pool = cls(arenas[0][:rows], block_rows)
+        for arena in arenas[1:]:
+            pool._add(arena, None)
+        return pool
+
+    @property
+    def lock(self) -> threading.Lock:
+        """Held while a version is made: hold it from :meth:`free_blocks` until the
+        version that uses them exists (:meth:`BlockedArray.with_blocks`)."""
+        return self._lock
+
     @property
     def nbytes(self) -> int:
         """Bytes of every arena (the pool's memory)."""
@@ -94,9 +124,10 @@ class BlockPool:
         """Versions of this table still alive (held by a snapshot or a request)."""
         return sum(1 for r in self._live if r() is not None)
 
-    def _free_blocks(self, k: int) -> np.ndarray:
-        """``k`` physical blocks that no live version maps (grows the pool if needed).
-        Holds the lock."""
+    def free_blocks(self, at_least: int = 0) -> np.ndarray:
+        """Every physical block that no live version maps (sorted int64), the pool grown
+        first where fewer than ``at_least`` are free (by what is missing and 1/64 more:
+        few arenas, little slack). Hold :attr:`lock`."""
         live = [v for v in (r() for r in self._live) if v is not None]
         self._live = [weakref.ref(v) for v in live]
         used = np.zeros(self.capacity_blocks, bool)
@@ -104,17 +135,22 @@ class BlockPool:
         for v in live:
             used[v._slots] = True
         free = np.flatnonzero(~used)
-        if free.size < k:  # what is missing and 1/64 more: few arenas, little slack
-            grow = max(k - free.size + -(-self.capacity_blocks // 64), 8)
+        if free.size < at_least:
+            grow = max(at_least - free.size + -(-self.capacity_blocks // 64), 8)
             start = self.capacity_blocks
-            arena = np.empty((grow * self.block_rows, *self.row_shape), self.dtype)
-            self.arenas = (*self.arenas, arena)
-            self.block_arenas = (*self.block_arenas,
-                                 arena.reshape(grow, self.block_rows, *self.row_shape))
-            self.starts = np.append(self.starts, start)
-            self.capacity_blocks = start + grow
+            self._add(*self._new_arena((grow * self.block_rows, *self.row_shape), self.dtype))
             free = np.concatenate([free, np.arange(start, start + grow, dtype=np.int64)])
-        return free[:k]
+        return free
+
+    def _add(self, arena: np.ndarray, handle: Any) -> None:
+        """Adds ``arena`` (whole blocks) after the last one."""
+        blocks = arena.shape[0] // self.block_rows
+        self.arenas = (*self.arenas, arena)
+        self.handles = (*self.handles, handle)
+        self.block_arenas = (*self.block_arenas,
+                             arena.reshape(blocks, self.block_rows, *self.row_shape))
+        self.starts = np.append(self.starts, self.capacity_blocks)
+        self.capacity_blocks += blocks
 
     def _register(self, version: BlockedArray) -> None:
         self._live.append(weakref.ref(version))
@@ -191,7 +227,9 @@ class BlockedArray:
         pool._register(self)
 
     @classmethod
-    def adopt(cls, arr: np.ndarray, block_rows: int | None = None) -> BlockedArray:
+    def adopt(cls, arr: np.ndarray, block_rows: int | None = None, *, handle: Any = None,
+              new_arena: Callable[[tuple[int, ...], np.dtype], tuple[np.ndarray, Any]]
+              | None = None) -> BlockedArray:
         """The first version of a table: ``arr``'s memory becomes the pool's arena 0 (no
         copy when ``arr`` is C-contiguous and its memory writable, e.g. a full load's
         read; else one copy). Do not write into ``arr`` afterwards.
@@ -200,6 +238,7 @@ class BlockedArray:
             arr: ``[rows, ...]``, rank >= 1.
             block_rows: rows per block; default the checkpoint format's
                 (``max(1, 4096 // row_nbytes)``).
+            handle, new_arena: as :class:`BlockPool`'s.
 
         Raises:
             CkptsyncValueError: ``arr`` is 0-d or ``block_rows`` < 1.
@@ -213,7 +252,8 @@ class BlockedArray:
         if b < 1:
             raise CkptsyncValueError(f"BlockedArray: block_rows must be >= 1, got {b}.")
         base = _writable(arr)
-        pool = BlockPool(base, b)
+        same = base.ctypes.data == arr.ctypes.data  # arr's memory (made writable), not a copy
+        pool = BlockPool(base, b, handle if same else None, new_arena)
         return cls(pool, np.arange(pool.n_blocks, dtype=np.int64))
 
     # -- ndarray-like ------------------------------------------------------------------
@@ -312,7 +352,8 @@ class BlockedArray:
         return view
 
     # -- the next version ----------------------------------------------------------------
-    def with_rows(self, rows: Any, values: Any) -> tuple[BlockedArray, np.ndarray]:
+    def with_rows(self, rows: Any, values: Any, fresh: np.ndarray | None = None
+                  ) -> tuple[BlockedArray, np.ndarray]:
         """The next version: this one with rows ``rows`` set to ``values``; every block
         no row falls in is shared with this version, each touched block is copied once
         (straight into its new place, a few hundred blocks at a time: no second copy of
@@ -321,12 +362,16 @@ class BlockedArray:
         Args:
             rows: int64 ``[k]`` indices of dim 0, unique (sorted or not).
             values: ``[k, *row_shape]`` of the table's dtype (cast if needed).
+            fresh: physical blocks to copy the touched blocks into, the first ones in
+                order (each one that no live version maps: the caller's word, as
+                :meth:`BlockPool.free_blocks` gave them); default: the pool's.
 
         Returns:
             ``(new version, the touched blocks: sorted int64 [t])``.
 
         Raises:
-            CkptsyncValueError: a row out of range, or ``values`` of the wrong shape.
+            CkptsyncValueError: a row out of range, ``values`` of the wrong shape, or
+                fewer ``fresh`` blocks than touched ones.
         """
         r = np.asarray(rows, dtype=np.int64).reshape(-1)
         vals = np.asarray(values, dtype=self.dtype)
@@ -348,8 +393,11 @@ class BlockedArray:
         blocks = blk[first]
         of_row = np.cumsum(first) - 1  # each row's index into ``blocks``
         pool = self.pool
+        if fresh is not None and fresh.size < blocks.size:
+            raise CkptsyncValueError(f"BlockedArray.with_rows: {blocks.size} blocks are "
+                                     f"touched but only {fresh.size} fresh ones given.")
         with pool._lock:
-            fresh = pool._free_blocks(blocks.size)
+            fresh = (pool.free_blocks(blocks.size) if fresh is None else fresh)[:blocks.size]
             slots = self._slots.copy()
             slots[blocks] = fresh
             new = BlockedArray(pool, slots)  # not visible to anyone until returned
@@ -358,6 +406,15 @@ class BlockedArray:
                                   fresh[c0:c0 + _CHUNK_BLOCKS])
             pool._write_rows(fresh[of_row], r - blk * b, vals)  # into the copies
         return new, blocks
+
+    def with_blocks(self, blocks: np.ndarray, phys: np.ndarray) -> BlockedArray:
+        """The next version: this one with logical ``blocks`` (int64 ``[t]``) at physical
+        blocks ``phys`` (``[t]``, which the caller filled, e.g. another process through
+        shared arenas, holding :attr:`BlockPool.lock` since it took them from
+        :meth:`BlockPool.free_blocks`)."""
+        slots = self._slots.copy()
+        slots[blocks] = phys
+        return BlockedArray(self.pool, slots)
 
     def block_bytes(self, blocks: Any) -> list[memoryview]:
         """The bytes (C order, the dtype's byte order) of each of the logical ``blocks``,
@@ -379,6 +436,10 @@ class BlockedArray:
             for k in np.flatnonzero(idx == n // b).tolist():
                 out[k] = out[k][:short]
         return out
+
+
+def _private_arena(shape: tuple[int, ...], dtype: np.dtype) -> tuple[np.ndarray, None]:
+    return np.empty(shape, dtype), None
 
 
 def _writable(arr: np.ndarray) -> np.ndarray:

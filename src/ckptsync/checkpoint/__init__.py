@@ -36,7 +36,13 @@ Example:
 from ._atomic import op_error_from_os_error, sweep_temp_files
 from ._format import data_path
 from .changes import CheckpointChanges, VariableChange, checkpoint_chain, read_changes
-from .digests import block_digests, block_rows, update_block_digests, variable_digest
+from .digests import (
+    block_digests,
+    block_rows,
+    hash_blocks,
+    update_block_digests,
+    variable_digest,
+)
 from .incremental import write_incremental_checkpoint
 from .management import (
     NewCheckpointReader,
@@ -65,6 +71,7 @@ __all__ = [
     "data_path",
     "block_rows",
     "block_digests",
+    "hash_blocks",
     "update_block_digests",
     "variable_digest",
     "op_error_from_os_error",

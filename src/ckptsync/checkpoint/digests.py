@@ -17,6 +17,7 @@ Every function here is pure and thread-safe (it reads its inputs, allocates its 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -27,7 +28,7 @@ from ._format import le_bytes
 
 BLOCK_BYTES = 4096  # target bytes per block: rows of dim 0 per block = 4096 // row bytes
 
-__all__ = ["BLOCK_BYTES", "block_rows", "block_digests", "update_block_digests",
+__all__ = ["BLOCK_BYTES", "block_rows", "block_digests", "hash_blocks", "update_block_digests",
            "variable_digest"]
 
 
@@ -80,6 +81,13 @@ def block_digests(arr: Any) -> np.ndarray:
     h = xxhash.xxh3_64_intdigest
     return np.fromiter((h(data[i * step:(i + 1) * step]) for i in range(n)),
                        dtype=np.uint64, count=n)
+
+
+def hash_blocks(blocks: Sequence[Any]) -> np.ndarray:
+    """uint64 ``[len(blocks)]``: each buffer (a block's C-order little-endian bytes, e.g.
+    ``BlockedArray.block_bytes``) hashed as :func:`block_digests` hashes a block."""
+    h = xxhash.xxh3_64_intdigest
+    return np.fromiter((h(b) for b in blocks), dtype=np.uint64, count=len(blocks))
 
 
 def update_block_digests(arr: Any, digests: np.ndarray, rows: Any) -> np.ndarray:

@@ -32,6 +32,7 @@ immutable and shared by requests on any thread.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -49,6 +50,8 @@ import xxhash
 from .. import checkpoint as ckpt
 from ..blocked_array import BlockedArray
 from ..errors import DataLossError, InvalidArgumentError
+from ..workers.read_process import AppliedRows
+from ..workers.shared_arrays import shared_array
 from .loader import Snapshot, load_snapshot
 from .servable import Servable
 from .source import AspiredVersion, parse_version
@@ -74,15 +77,22 @@ class _Served:
     digests: dict[str, np.ndarray]  # name -> uint64 [n_blocks]
 
 
-def block_tables(params: Mapping[str, Any], names: frozenset[str]) -> dict[str, Any]:
+def block_tables(params: Mapping[str, Any], names: frozenset[str],
+                 handles: Mapping[str, tuple[np.ndarray, Any]] | None = None,
+                 new_arena: Any = None) -> dict[str, Any]:
     """``params`` with each of ``names`` that is an ndarray of >= 64 KiB and rank >= 1
-    stored in blocks (no copy where its memory is writable)."""
+    stored in blocks (no copy where its memory is writable); ``handles``: name -> (the
+    array read, its shared file and offset) for the pools' arena 0, ``new_arena`` as
+    ``BlockPool``'s (both for the read process to apply deltas into)."""
     out = dict(params)
     for name in names:
         arr = out.get(name)
         if type(arr) is np.ndarray and arr.ndim >= 1 and arr.nbytes >= MIN_BLOCKED_BYTES:
+            read, handle = (handles or {}).get(name, (None, None))
+            shared = read is arr and handle is not None
             out[name] = BlockedArray.adopt(
-                arr, ckpt.block_rows(arr.shape, arr.dtype.itemsize))
+                arr, ckpt.block_rows(arr.shape, arr.dtype.itemsize),
+                handle=handle if shared else None, new_arena=new_arena if shared else None)
     return out
 
 
@@ -111,6 +121,9 @@ def _entry(changes: Any, name: str) -> Any:
     return variables[name] if variables is not None else changes[name]
 
 
+_NONFINITE = "{}: variable '{}' holds NaN/Inf in its changed values; refusing to serve it"
+
+
 def _check_finite(path: str, name: str, values: np.ndarray, allow_nonfinite: bool) -> None:
     if allow_nonfinite or values.dtype.kind not in "fc" or not values.size:
         return
@@ -118,13 +131,13 @@ def _check_finite(path: str, name: str, values: np.ndarray, allow_nonfinite: boo
         bad = not np.isfinite(np.add.reduce(values, axis=None)) and \
             not np.isfinite(values).all()
     if bad:
-        raise InvalidArgumentError(None, None, f"{path}: variable '{name}' holds NaN/Inf in "
-                                   "its changed values; refusing to serve it")
+        raise InvalidArgumentError(None, None, _NONFINITE.format(path, name))
 
 
 def apply_changes(served: Snapshot, digests: Mapping[str, np.ndarray], changes: Any,
                   servable: Servable, prefix: str, version: int,
                   allow_nonfinite: bool = False,
+                  applied: Mapping[str, tuple[AppliedRows, np.ndarray]] | None = None,
                   ) -> tuple[Snapshot, dict[str, np.ndarray], int]:
     """The snapshot of checkpoint ``prefix`` made from ``served`` (its predecessor) plus
     ``changes`` (a ``checkpoint.read_changes`` result), verified.
@@ -138,6 +151,8 @@ def apply_changes(served: Snapshot, digests: Mapping[str, np.ndarray], changes: 
         servable: says which variables there must be.
         prefix, version: of the new checkpoint.
         allow_nonfinite: accept NaN/Inf in the changed values.
+        applied: name -> (the read process's :class:`AppliedRows`, the free blocks it
+            wrote them to): tables whose row changes are already in their pool.
 
     Returns:
         ``(snapshot, its digests, bytes of values read)``. Nothing is shared mutably: the
@@ -163,7 +178,17 @@ def apply_changes(served: Snapshot, digests: Mapping[str, np.ndarray], changes: 
                                 f"{list(old.shape)}")
         vec = digests[name]
         kind = entry.kind
-        if kind == "rows" and entry.rows is not None and len(entry.rows):
+        done = (applied or {}).get(name)
+        if done is not None and isinstance(old, BlockedArray):
+            rows_done, free = done
+            if not (rows_done.finite or allow_nonfinite):
+                raise InvalidArgumentError(None, None, _NONFINITE.format(path, name))
+            blocks = np.asarray(rows_done.blocks, np.int64)
+            new = old.with_blocks(blocks, free[:blocks.size])
+            vec = vec.copy()
+            vec[blocks] = rows_done.digests
+            read_bytes += rows_done.bytes_read
+        elif kind == "rows" and entry.rows is not None and len(entry.rows):
             rows = np.asarray(entry.rows, np.int64)
             values = np.asarray(entry.values)
             read_bytes += rows.nbytes + values.nbytes
@@ -182,7 +207,12 @@ def apply_changes(served: Snapshot, digests: Mapping[str, np.ndarray], changes: 
             _check_finite(path, name, value, allow_nonfinite)
             new = np.array(value, order="C", copy=not value.flags.c_contiguous)
             vec = ckpt.block_digests(new)
-            if isinstance(old, BlockedArray):
+            if isinstance(old, BlockedArray) and old.pool.handles[0] is not None:
+                arr, handle = shared_array(new.shape, new.dtype)  # the read process's too
+                arr[...] = new
+                new = BlockedArray.adopt(arr, old.block_rows, handle=handle,
+                                         new_arena=shared_array)
+            elif isinstance(old, BlockedArray):
                 new = BlockedArray.adopt(new, old.block_rows)
             else:
                 new.setflags(write=False)
@@ -214,9 +244,9 @@ def _updated(vec: np.ndarray, table: BlockedArray, blocks: np.ndarray) -> np.nda
     h = xxhash.xxh3_64_intdigest
     if table.dtype.byteorder == ">":  # hash the format's little-endian bytes
         got = [h(_le(table.block_view(j)).data) for j in blocks.tolist()]
+        out[blocks] = np.array(got, dtype=np.uint64)
     else:
-        got = [h(mv) for mv in table.block_bytes(blocks)]
-    out[blocks] = np.array(got, dtype=np.uint64)
+        out[blocks] = ckpt.hash_blocks(table.block_bytes(blocks))
     return out
 
 
@@ -250,17 +280,25 @@ class CopyOnWrite:
         self.read_changes = read_changes or _read_changes_here
         self.index_xxh3 = index_xxh3 or _index_xxh3_here
         self._load = load
+        self._reader: Any = None  # a CheckpointReadProcess: deltas applied in it
+        self._read_handles: dict[str, tuple[np.ndarray, Any]] = {}  # of the last full read
         self._served: _Served | None = None
         # The last snapshot made: (it, its index hash, its digests or None after a full load).
         self._made: tuple[weakref.ref[Snapshot], str, dict[str, np.ndarray] | None] | None = None
 
-    def use_reader(self, reader: Any) -> None:
+    def use_reader(self, reader: Any, apply: bool = True) -> None:
         """Reads go through ``reader`` (a ``CheckpointReadProcess``, or None: in this
-        process), so that a stuck read stalls no request either."""
+        process), so that a stuck read stalls no request either; ``apply``: the reader
+        also applies the row changes of the blocked tables, in their shared arenas
+        (copying blocks and hashing them never hold this process's interpreter lock:
+        ``ManagerOptions.apply_in_subprocess``); False applies them on the load thread,
+        the reference path."""
+        self._reader = reader if apply else None
         if reader is None:
             self.read = None
             return
-        self.read = partial(_read_split, reader, self.servable.row_gathered_variables)
+        self.read = partial(_read_split, reader, self.servable.row_gathered_variables,
+                            self._read_handles)
         self.read_changes = partial(reader.read_changes, writable=True)
         self.index_xxh3 = lambda prefix: reader.read_changes(prefix, [])[1]
 
@@ -273,9 +311,11 @@ class CopyOnWrite:
         snap = self._load(target.prefix, self.servable, self.allow_nonfinite,
                           version=target.version, read=self.read)
         names = self.servable.row_gathered_variables
+        handles = dict(self._read_handles)  # (the read just made, if through the reader)
+        self._read_handles.clear()
         if names:
-            snap = dataclasses.replace(
-                snap, params=types.MappingProxyType(block_tables(snap.params, names)))
+            snap = dataclasses.replace(snap, params=types.MappingProxyType(block_tables(
+                snap.params, names, handles, shared_array if handles else None)))
         try:  # read now, not after the swap: the reader is idle once a version is served
             index = self.index_xxh3(snap.prefix)
         except Exception as e:  # a vanished file, a damaged index: the next load is full
@@ -313,33 +353,29 @@ class CopyOnWrite:
         names = list(self.servable.variable_specs)
         start = time.perf_counter()
         try:
-            # One read when the checkpoint follows the served one (its changes only if it
-            # names it: a full checkpoint that does not is read just once, in full).
-            first, own = self.read_changes(
-                target.prefix, names,
-                only_after=(os.path.basename(served.prefix), state.index_xxh3))
-            if _links(first, served.prefix, state.index_xxh3):
-                steps: list[tuple[str, Any]] = [(target.prefix, (first, own))]
-            else:  # behind by more than one: the versions between, if the chain reaches
-                # back to the served one (else a full load composes the chain)
-                between = self._between(first, served.prefix, state.index_xxh3)
-                if between is None:
-                    return None
-                steps = [(p, None) for p in [*between, target.prefix]]
-            del first
+            # One read (and, through the read process, the row changes applied) when the
+            # checkpoint names the served one; else only its links, then the versions
+            # between, if its chain reaches back to the served one (else a full load).
+            steps, at = [target.prefix], 0
             snap, digests, index, total = served, state.digests, state.index_xxh3, 0
-            while steps:  # one step's changes in memory at a time
-                prefix, read = steps.pop(0)
-                changes, own = read or self.read_changes(prefix, names)
-                del read
-                if not _links(changes, snap.prefix, index):
-                    return None  # a file replaced meanwhile
-                version = target.version if prefix == target.prefix else \
-                    parse_version(prefix) or 0
-                snap, digests, nbytes = apply_changes(snap, digests, changes, self.servable,
-                                                      prefix, version, self.allow_nonfinite)
-                index, total = own, total + nbytes
-                del changes
+            while at < len(steps):  # one step's changes in memory at a time
+                prefix = steps[at]
+                with contextlib.ExitStack() as held:
+                    changes, own, applied = self._read_step(prefix, names, snap, index, held)
+                    if not _links(changes, snap.prefix, index):
+                        between = None if len(steps) > 1 else \
+                            self._between(changes, served.prefix, state.index_xxh3)
+                        if between is None:
+                            return None  # not a chain to the served one, or replaced
+                        steps = between + steps
+                        continue
+                    version = target.version if prefix == target.prefix else \
+                        parse_version(prefix) or 0
+                    snap, digests, nbytes = apply_changes(
+                        snap, digests, changes, self.servable, prefix, version,
+                        self.allow_nonfinite, applied)
+                index, total, at = own, total + nbytes, at + 1
+                del changes, applied
                 if total > served.nbytes and prefix != target.prefix:
                     return None  # a full load reads less
         except Exception as e:
@@ -350,6 +386,32 @@ class CopyOnWrite:
                                    load_duration_s=time.perf_counter() - start)
         self._made = (weakref.ref(snap), own, digests)
         return snap
+
+    def _read_step(self, prefix: str, names: list[str], snap: Snapshot, index: str,
+                   held: contextlib.ExitStack) -> tuple[Any, str, dict[str, Any]]:
+        """Checkpoint ``prefix``'s changes against ``snap`` (whose checkpoint's index hash
+        is ``index``): ``(changes, its index hash, applied)``. With a read process and
+        tables in shared arenas, the read process also writes their row changes into
+        free blocks (``applied``: name -> (AppliedRows, those free blocks)), and their
+        pools' locks are taken (``held``) until the caller made the next version."""
+        only_after = (os.path.basename(snap.prefix), index)
+        tables = _shared_tables(snap) if self._reader is not None else {}
+        if not tables:
+            changes, own = self.read_changes(prefix, names, only_after=only_after)
+            return changes, own, {}
+        for table in tables.values():
+            held.enter_context(table.pool.lock)
+        need: dict[str, int] = {}
+        for _ in range(2):  # a pool short of free blocks grows, once
+            free = {n: t.pool.free_blocks(need.get(n, 0)) for n, t in tables.items()}
+            got = self._reader.apply_changes(prefix, names, only_after,
+                                             {n: (t, free[n]) for n, t in tables.items()})
+            if not got.short:
+                return got.changes, got.index_xxh3, {
+                    n: (rows, free[n]) for n, rows in got.applied.items()}
+            need = got.short
+        raise DataLossError(None, None, f"{prefix}.h5: the read process still found too few "
+                            f"free blocks ({need}) after the pools grew")
 
     def _between(self, changes: Any, served_prefix: str, served_index: str
                  ) -> list[str] | None:
@@ -375,17 +437,33 @@ def _links(changes: Any, prefix: str, index_xxh3: str) -> bool:
         and changes.parent_index_xxh3 == index_xxh3
 
 
-def _read_split(reader: Any, tables: frozenset[str], prefix: str, names: list[str]
-                ) -> dict[str, np.ndarray]:
+def _shared_tables(snap: Snapshot) -> dict[str, BlockedArray]:
+    """The blocked tables of ``snap`` when every one lies in shared arenas (in the
+    format's little-endian byte order), else {} (applied in this process)."""
+    out: dict[str, BlockedArray] = {}
+    for name, value in snap.params.items():
+        if isinstance(value, BlockedArray):
+            if value.dtype.byteorder == ">" or any(h is None for h in value.pool.handles):
+                return {}
+            out[name] = value
+    return out
+
+
+def _read_split(reader: Any, tables: frozenset[str], handles: dict[str, Any], prefix: str,
+                names: list[str]) -> dict[str, np.ndarray]:
     """A full read in two shared blocks: the gathered-only tables mapped writable (their
     blocks are reused in place for later versions, so that block stays mapped while
-    they are served) and the other variables read-only (freed once replaced)."""
+    they are served; ``handles`` gets name -> (array, (its file, offset)) so that the
+    read process can apply deltas there) and the other variables read-only (freed once
+    replaced)."""
     mine = [n for n in names if n in tables]
     if not mine:
         return dict(reader.read(prefix, names))
     rest = [n for n in names if n not in tables]
-    return {**reader.read(prefix, mine, writable=True),
-            **(reader.read(prefix, rest) if rest else {})}
+    arrays, files = reader.read_shared(prefix, mine)
+    handles.clear()
+    handles.update({n: (arrays[n], files[n]) for n in files})
+    return {**arrays, **(reader.read(prefix, rest) if rest else {})}
 
 
 def _read_changes_here(prefix: str, names: list[str],

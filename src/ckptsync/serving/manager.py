@@ -154,7 +154,7 @@ class ModelManager:
             except OSError as e:  # no processes here: read on the load thread
                 logger.warning("cannot start the checkpoint reader process (%s); reading "
                                "checkpoints in this process", e)
-        self._cow.use_reader(self._reader)
+        self._cow.use_reader(self._reader, self.options.apply_in_subprocess)
         self._thread = threading.Thread(
             target=self._load_loop, name="ckptsync-manager-loader", daemon=True
         )

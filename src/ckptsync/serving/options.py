@@ -83,6 +83,11 @@ class ManagerOptions:
         read_in_subprocess: read and verify checkpoints in a worker process and map the
             result as shared memory (loading never holds this process's interpreter lock;
             a file that crashes HDF5 kills only the worker); False reads on the load thread.
+        apply_in_subprocess: with ``read_in_subprocess``, the read process also applies a
+            delta's row changes to the served tables (through shared memory: copying the
+            touched blocks and hashing them never hold this process's interpreter lock,
+            which a busy server's requests hold most of the time); False applies them on
+            the load thread (the reference path, same result).
         watch_in_subprocess: run the source (watchdog's observer, the rescans) in a child
             process (:class:`~._source_process.ProcessCheckpointSource`); False watches in
             this process.
@@ -108,12 +113,13 @@ class ManagerOptions:
     free_before_load: bool = False
     unload_wait_s: float = 30.0
     read_in_subprocess: bool = True
+    apply_in_subprocess: bool = True
     watch_in_subprocess: bool = True
     close_timeout_s: float = 5.0
 
     def __post_init__(self) -> None:
         _check_bool(self, "poll", "allow_nonfinite", "free_before_load", "read_in_subprocess",
-                    "watch_in_subprocess")
+                    "apply_in_subprocess", "watch_in_subprocess")
         _check_number(self, "rescan_interval_s", low=0, strict=True)
         _check_number(self, "retry_initial_s", low=0, strict=True)
         _check_number(self, "retry_max_s", low=0, strict=True)

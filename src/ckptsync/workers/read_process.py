@@ -36,25 +36,26 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..checkpoint import CheckpointChanges, VariableChange, read_changes
+from ..blocked_array import BlockedArray
+from ..checkpoint import CheckpointChanges, VariableChange
 from ..checkpoint.reader import read_checkpoint_into
 from ..errors import CkptsyncRuntimeError, DataLossError, DeadlineExceededError, UnknownError
+from .change_jobs import ReplyBlock, apply_job, changes_job, forget_arenas
 from .frames import (
     error_from_reply,
     error_reply,
     readable_waiter,
-    recv_frame,
     recv_frame_with_fds,
     send_frame,
     send_frame_with_fds,
 )
 from .process import WorkerProcess, python_command
-from .shared_arrays import ArrayLayout, SharedBuffer
+from .shared_arrays import ArrayLayout, SharedBuffer, SharedFile
 
 __all__ = ["CheckpointReadProcess", "reader_main"]
 
@@ -154,6 +155,66 @@ class CheckpointReadProcess:
         reply, fd = self._request(b"R", prefix, names)
         return _map(reply, fd, writable)
 
+    def read_shared(self, prefix: str, names: Sequence[str]
+                    ) -> tuple[dict[str, np.ndarray], dict[str, tuple[SharedFile, int]]]:
+        """:meth:`read`, writable, keeping the block's file: ``(arrays, name -> (its
+        SharedFile, byte offset))``, so that :meth:`apply_changes` can write into the
+        arrays' memory later. Raises as :meth:`read`."""
+        reply, fd = self._request(b"R", prefix, names)
+        kept = None if fd is None else SharedFile(os.dup(fd))
+        arrays = _map(reply, fd, True)
+        layout = ArrayLayout.from_doc(reply["variables"], int(reply["size"]))
+        return arrays, ({} if kept is None else
+                        {spec.name: (kept, spec.offset) for spec in layout.specs})
+
+    def apply_changes(self, prefix: str, names: Sequence[str], only_after: tuple[str, str],
+                      tables: Mapping[str, tuple[BlockedArray, np.ndarray]]) -> AppliedChanges:
+        """:meth:`read_changes` with ``only_after``, and the row changes of ``tables``
+        applied by the worker into their pools' shared arenas (copy the touched blocks
+        into free ones, write the rows, hash those blocks; see ``change_jobs``).
+
+        Args:
+            tables: name -> (the served version, every free block of its pool: hold
+                ``pool.lock`` from ``free_blocks`` until ``with_blocks`` made the next
+                version). Every arena's handle must be ``(SharedFile, offset)``.
+
+        Returns:
+            :class:`AppliedChanges`; its ``applied`` tables have no rows or values in
+            ``changes`` (their blocks are written at ``free[:len(blocks)]``).
+
+        Raises:
+            as :meth:`read`.
+        """
+        sources = {f"{name}\0{key}": a for name, (table, free) in tables.items()
+                   for key, a in (("slots", table.slots), ("free", free))}
+        state = ArrayLayout.of([(k, np.dtype(np.int64), a.shape) for k, a in sources.items()])
+        files: list[int] = []
+        docs: dict[str, Any] = {}
+        for name, (table, _) in tables.items():
+            pool, arenas = table.pool, []
+            for arena, (shared, offset) in zip(pool.arenas, pool.handles):
+                files.append(shared.fd)
+                arenas.append([len(files), int(offset), int(arena.shape[0])])
+            docs[name] = {"rows": pool.rows, "block_rows": pool.block_rows, "arenas": arenas,
+                          "dtype": pool.dtype.str, "row_shape": list(pool.row_shape)}
+        buffer = SharedBuffer(max(state.size_bytes, 1), "ckptsync-apply")
+        try:
+            for view, a in zip(state.views(buffer.mm), sources.values()):
+                view[...] = a
+            extra = {"only_after": list(only_after), "tables": docs,
+                     "state": {"size": state.size_bytes, "variables": state.to_doc()}}
+            assert buffer.fd is not None
+            reply, fd = self._request(b"A", prefix, names, extra, [buffer.fd, *files])
+        finally:
+            buffer.close()
+        if "short" in reply:
+            return AppliedChanges(None, None, {}, dict(reply["short"]))
+        changes, own, arrays = _changes(reply, fd, False)
+        applied = {name: AppliedRows(arrays[name + "\0blocks"], arrays[name + "\0digests"],
+                                     bool(info["finite"]), int(info["bytes"]))
+                   for name, info in reply["applied"].items()}
+        return AppliedChanges(changes, own, applied, {})
+
     def read_changes(self, prefix: str, names: Sequence[str], writable: bool = False,
                      only_after: tuple[str, str] | None = None
                      ) -> tuple[CheckpointChanges, str]:
@@ -169,20 +230,12 @@ class CheckpointReadProcess:
         """
         extra = {} if only_after is None else {"only_after": list(only_after)}
         reply, fd = self._request(b"C", prefix, names, extra)
-        arrays = _map(reply, fd, writable)
-        doc = reply["changes"]
-        variables = {
-            name: VariableChange(name, kind, arrays.get(name + "\0rows"),
-                                 arrays.get(name + "\0values"), digest,
-                                 tuple(shape), np.dtype(dtype))
-            for name, kind, digest, shape, dtype in doc["entries"]}
-        changes = CheckpointChanges(doc["prefix"], doc["parent"], doc["parent_index_xxh3"],
-                                    doc["global_step"], doc["is_full"], variables,
-                                    doc["index_xxh3"])
-        return changes, str(doc["index_xxh3"])
+        changes, own, _ = _changes(reply, fd, writable)
+        return changes, own
 
     def _request(self, tag: bytes, prefix: str, names: Sequence[str],
-                 extra: dict[str, Any] | None = None) -> tuple[dict[str, Any], int | None]:
+                 extra: dict[str, Any] | None = None, fds: Sequence[int] = ()
+                 ) -> tuple[dict[str, Any], int | None]:
         """One request answered with shared memory: (reply, its fd or None)."""
         with self._lock:
             if self._closed:
@@ -191,7 +244,7 @@ class CheckpointReadProcess:
             # died before it saw the request); dying twice on one file fails the read.
             for attempt in range(2):
                 hangs = self._worker.hangs
-                reply, fds, pid = self._ask(prefix, names, tag, extra)
+                reply, got, pid = self._ask(prefix, names, tag, extra, fds)
                 if reply is not None:
                     break
                 if self._closed:
@@ -214,10 +267,10 @@ class CheckpointReadProcess:
                     f"treating the file as unreadable.")
             if not reply.get("ok"):
                 raise error_from_reply(reply)
-            return reply, fds[0] if fds else None
+            return reply, got[0] if got else None
 
     def _ask(self, prefix: str, names: Sequence[str], tag: bytes = b"R",
-             extra: dict[str, Any] | None = None,
+             extra: dict[str, Any] | None = None, send: Sequence[int] = (),
              ) -> tuple[dict[str, Any] | None, list[int], int | None]:
         """One request to the worker (started if needed): (reply, fds, pid); reply None
         when the worker died (it is then reaped)."""
@@ -235,8 +288,9 @@ class CheckpointReadProcess:
             reply: dict[str, Any] | None = None
             fds: list[int] = []
             if ready:
-                send_frame(sock, tag, {"prefix": os.fspath(prefix), "names": list(names),
-                                       **(extra or {})})
+                send_frame_with_fds(sock, tag, {"prefix": os.fspath(prefix),
+                                                "names": list(names), **(extra or {})},
+                                    list(send))
                 worker.await_answer(self._timeout_s, f"reading {prefix}.h5")  # else killed
                 _, reply, fds = recv_frame_with_fds(sock, 1)
         except OSError:
@@ -306,6 +360,45 @@ class CheckpointReadProcess:
         self.close()
 
 
+class AppliedRows(NamedTuple):
+    """A table's row changes as the read process applied them: the touched logical
+    blocks (int64 ``[t]``, now at ``free[:t]``), their digests (uint64 ``[t]``), whether
+    every changed value is finite, and the bytes of rows and values read."""
+
+    blocks: np.ndarray
+    digests: np.ndarray
+    finite: bool
+    bytes_read: int
+
+
+class AppliedChanges(NamedTuple):
+    """:meth:`CheckpointReadProcess.apply_changes`' result: the changes (None when
+    ``short``) and the checkpoint's index hash, the tables applied, and name -> blocks
+    needed for each table whose pool had too few free blocks (then nothing is written:
+    grow the pool and ask again)."""
+
+    changes: CheckpointChanges | None
+    index_xxh3: str | None
+    applied: dict[str, AppliedRows]
+    short: dict[str, int]
+
+
+def _changes(reply: dict[str, Any], fd: int | None, writable: bool
+             ) -> tuple[CheckpointChanges, str, dict[str, np.ndarray]]:
+    """A changes reply as (changes, index hash, every array of its block)."""
+    arrays = _map(reply, fd, writable)
+    doc = reply["changes"]
+    variables = {
+        name: VariableChange(name, kind, arrays.get(name + "\0rows"),
+                             arrays.get(name + "\0values"), digest,
+                             tuple(shape), np.dtype(dtype))
+        for name, kind, digest, shape, dtype in doc["entries"]}
+    changes = CheckpointChanges(doc["prefix"], doc["parent"], doc["parent_index_xxh3"],
+                                doc["global_step"], doc["is_full"], variables,
+                                doc["index_xxh3"])
+    return changes, str(doc["index_xxh3"]), arrays
+
+
 def _map(reply: dict[str, Any], fd: int | None, writable: bool = False
          ) -> dict[str, np.ndarray]:
     """Views of the shared block ``fd`` as ``reply["variables"]`` lays out (read-only
@@ -327,40 +420,11 @@ def _map(reply: dict[str, Any], fd: int | None, writable: bool = False
 
 
 # -- the worker process -------------------------------------------------------------
-class _Block:
-    """The arrays of one read, laid out by :class:`ArrayLayout` in a fresh buffer."""
-
-    def __init__(self) -> None:
-        self.layout = ArrayLayout((), 0)
-        self.buffer: SharedBuffer | None = None
-
-    def allocate(self, specs: list[tuple[str, np.dtype, tuple[int, ...]]]) -> list[np.ndarray]:
-        """Views of a new buffer for ``specs`` (a second call replaces the first's)."""
-        self.release(keep_fd=False)
-        self.layout = ArrayLayout.of(specs)
-        if self.layout.size_bytes:
-            self.buffer = SharedBuffer(self.layout.size_bytes, "ckptsync-read")
-        return self.layout.views(None if self.buffer is None else self.buffer.mm)
-
-    def release(self, keep_fd: bool) -> int | None:
-        """Unmaps the block here; returns its fd (to send) or closes it."""
-        buffer, self.buffer = self.buffer, None
-        if buffer is None:
-            return None
-        buffer.unmap()  # a failed read's traceback may hold views: they keep it mapped
-        fd = buffer.take_fd()
-        if not keep_fd and fd is not None:
-            os.close(fd)
-            return None
-        return fd
-
-    def reply(self) -> dict[str, Any]:
-        return {"ok": True, "size": self.layout.size_bytes, "variables": self.layout.to_doc()}
-
-
-def _read_job(request: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
+def _read_job(request: dict[str, Any], fds: Sequence[int] = ()
+              ) -> tuple[dict[str, Any], int | None]:
     """Reads a request's variables, verified, into a fresh shared block."""
-    block = _Block()
+    forget_arenas()  # a full load: the served tables' arenas are about to be replaced
+    block = ReplyBlock()
     try:
         arrays = read_checkpoint_into(request["prefix"], list(request["names"]),
                                       block.allocate, verify=True)
@@ -371,35 +435,8 @@ def _read_job(request: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
     return block.reply(), block.release(keep_fd=True)
 
 
-def _changes_job(request: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
-    """Reads a request's changes (``read_changes``), their arrays into a fresh block."""
-    block = _Block()
-    try:
-        prefix = request["prefix"]
-        after = request.get("only_after")
-        changes = read_changes(prefix, list(request["names"]), verify=True,
-                               only_after=None if after is None else (after[0], after[1]))
-        own = changes.index_xxh3
-        arrays: list[tuple[str, np.ndarray]] = []
-        for name, c in changes.items():
-            arrays += [(name + "\0rows", a) for a in [c.rows] if a is not None]
-            arrays += [(name + "\0values", np.asarray(a)) for a in [c.values] if a is not None]
-        views = block.allocate([(k, a.dtype, a.shape) for k, a in arrays])
-        for view, (_, a) in zip(views, arrays):
-            view[...] = a
-        del views, arrays
-        reply = block.reply()
-        reply["changes"] = {
-            "prefix": changes.prefix, "parent": changes.parent,
-            "parent_index_xxh3": changes.parent_index_xxh3, "index_xxh3": own,
-            "global_step": None if changes.global_step is None else int(changes.global_step),
-            "is_full": bool(changes.is_full),
-            "entries": [[c.name, c.kind, c.digest, list(c.shape), c.dtype.str]
-                        for c in changes.values()]}
-    except Exception as e:
-        block.release(keep_fd=False)
-        return error_reply(e), None
-    return reply, block.release(keep_fd=True)
+_JOBS = {b"A": apply_job, b"C": changes_job}
+_MAX_FDS = 64  # a request's: the state block and the arenas of its tables
 
 
 def reader_main() -> None:
@@ -415,15 +452,19 @@ def reader_main() -> None:
     while True:
         try:
             wait_readable()
-            tag = sock.recv(1)
+            tag, request, fds = recv_frame_with_fds(sock, _MAX_FDS)
         except OSError:
             break
-        if not tag:
-            break
-        request = recv_frame(sock)
         if request is None:
+            for got in fds:
+                os.close(got)
             break
-        reply, fd = (_changes_job if tag == b"C" else _read_job)(request)
+        try:
+            job = _JOBS.get(tag, _read_job)
+            reply, fd = job(request, fds)
+        finally:
+            for got in fds:
+                os.close(got)
         try:
             # tag, reply and fd in one message: one wake-up of the server's load thread
             send_frame_with_fds(sock, b"S" if fd is not None else b"E", reply,

@@ -18,13 +18,15 @@ import math
 import mmap
 import os
 import tempfile
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["ALIGN_BYTES", "ArrayLayout", "ArraySpec", "SharedBuffer", "new_shared_fd"]
+__all__ = ["ALIGN_BYTES", "ArrayLayout", "ArraySpec", "SharedBuffer", "SharedFile",
+           "new_shared_fd", "shared_array"]
 
 ALIGN_BYTES = 64
 
@@ -216,3 +218,33 @@ class SharedBuffer:
         fd, self.fd = self.fd, None
         if fd is not None:
             os.close(fd)
+
+
+class SharedFile:
+    """An owned file descriptor of a shared-memory buffer, closed with this object (or
+    by :meth:`close`): what a table's block pool records for an arena that the read
+    process writes (``BlockPool.handles``). Thread-safety: any thread."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self._finalizer = weakref.finalize(self, os.close, fd)
+
+    def close(self) -> None:
+        """Closes the descriptor (idempotent)."""
+        self._finalizer()
+
+
+def shared_array(shape: tuple[int, ...], dtype: np.dtype, name: str = "ckptsync-arena"
+                 ) -> tuple[np.ndarray, tuple[SharedFile, int]]:
+    """A new zeroed ``[*shape]`` array in its own shared-memory buffer, and its handle
+    ``(SharedFile, byte offset 0)`` (another process maps it writable through the fd).
+    The mapping lives while the array does. Raises OSError."""
+    nbytes = max(1, math.prod(shape) * np.dtype(dtype).itemsize)
+    fd = new_shared_fd(nbytes, name)
+    try:
+        mm = mmap.mmap(fd, nbytes)
+    except BaseException:
+        os.close(fd)
+        raise
+    arr = np.frombuffer(mm, dtype, math.prod(shape)).reshape(shape)
+    return arr, (SharedFile(fd), 0)
