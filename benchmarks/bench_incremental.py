@@ -36,7 +36,8 @@ checkout has no ``incremental`` argument yet, the incremental columns say so and
 full path runs.
 
     python benchmarks/bench_incremental.py [--rounds 3] [--per-round 3] [--swaps 60]
-        [--save-every 10] [--batch 256] [--only ctr,dense] [--async-save] [--dir D]
+        [--save-every 10] [--batch 256] [--only ctr,dense,apply] [--apply-checkpoints 12]
+        [--async-save] [--dir D]
         [--keep] [--server-log-level info]
 
 The last line is the headline: incremental vs full for the CTR model.
@@ -66,6 +67,7 @@ CTR_MODEL = os.path.join(ROOT, "examples", "ctr_embedding.py")
 MLP_MODEL = os.path.join(ROOT, "examples", "digits_mlp.py")
 sys.path.insert(0, HERE)
 
+from _cow_apply import apply_section  # noqa: E402
 from bench_serving import Probe, request_bytes, tree_pss_kib  # noqa: E402
 
 import ckptsync as cs  # noqa: E402
@@ -432,7 +434,10 @@ def main() -> None:
                     help="incremental swaps after the rounds, for memory growth (0: none)")
     ap.add_argument("--save-every", type=int, default=10, help="steps per checkpoint")
     ap.add_argument("--batch", type=int, default=256)
-    ap.add_argument("--only", default="ctr,dense")
+    ap.add_argument("--only", default="ctr,dense,apply",
+                    help="sections: ctr, dense, apply (the copy-on-write apply alone)")
+    ap.add_argument("--apply-checkpoints", type=int, default=12,
+                    help="incremental checkpoints the apply section writes and applies")
     ap.add_argument("--async-save", action="store_true")
     ap.add_argument("--dir", default=None, help="work directory (default: a temporary one)")
     ap.add_argument("--keep", action="store_true",
@@ -464,6 +469,9 @@ def main() -> None:
             if "stall_median" in d:
                 print(f" dense incremental / full: stall {1 / d['stall_median']:.2f}x "
                       f"(median), bytes {1 / d['bytes_median']:.2f}x (target: <= 1.1x)")
+        if "apply" in only and "incremental" in modes:
+            data = load_dataset("synthetic-ctr", ("user_id", "item_id"), ("click",))
+            apply_section(args, work, CTR_MODEL, data.train)
         if "ctr" in only and "incremental" in modes:
             inc = ctr["incremental"]
             steady = ctr.get("steady")

@@ -16,6 +16,11 @@ block with its predecessor. A version's blocks become free when it is garbage (n
 holds it), so a server that swaps versions forever reuses the same blocks: the pool grows
 only when the versions alive at once need more than it has.
 
+A pool's arenas may lie in shared memory (``new_arena``, ``handles``): the server's read
+process then writes a delta's blocks itself (:meth:`BlockedArray.with_rows` with
+``fresh`` over :meth:`BlockPool.over`), and the server only makes the version that maps
+them (:meth:`BlockedArray.with_blocks`).
+
 Readers: ``GatherV2`` (axis 0) and ``ResourceGather`` call :meth:`BlockedArray.gather`;
 any other consumer gets a plain ndarray (:meth:`BlockedArray.to_ndarray`, a copy of the
 whole table: correct, slow; ``RunContext.read`` does that for a kernel that reads the

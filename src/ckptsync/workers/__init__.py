@@ -9,6 +9,8 @@ workers/
   placement.py      CKPTSYNC_WRITER_CPUS: the CPUs the async writer is pinned to
   async_writer.py   AsyncCheckpointWriter (owner side) ... _writer_child.py (the process)
   read_process.py   CheckpointReadProcess (owner side and the process)
+  change_jobs.py    the process's jobs on a checkpoint's changes (read; apply into shared
+                    arenas of a served table)
 ```
 
 Used by ``train.Saver`` (the async writer) and ``serving`` (the read process, and the
