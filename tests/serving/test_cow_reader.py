@@ -212,3 +212,27 @@ def test_a_read_process_killed_while_applying_falls_back_to_a_full_load(
     cow.served(snap1)
     snap2 = cow.load(AspiredVersion(2, prefixes[2]), snap1)  # the new process applies
     _assert_equal(snap2, states[2])
+
+
+def test_more_arenas_than_one_request_carries_are_applied_on_the_load_thread(
+        tmp_path, reader, monkeypatch) -> None:
+    from ckptsync.serving import _cow
+
+    monkeypatch.setattr(_cow, "APPLY_MAX_ARENAS", 1)  # arena 0 only, then too many
+    prefixes, states = _chain(tmp_path, 3, lambda i: 30, seed=4)
+    cow = CopyOnWrite(Model(), load=load_snapshot)
+    cow.use_reader(reader)
+    asked = []
+    original = reader.apply_changes
+
+    def spying(*args, **kwargs):
+        asked.append(args[0])
+        return original(*args, **kwargs)
+
+    reader.apply_changes = spying
+    snaps = _follow(cow, prefixes)
+    assert [s.load_kind for s in snaps] == ["full"] + ["copy_on_write"] * 3
+    for snap, state in zip(snaps, states):
+        _assert_equal(snap, state)
+    assert set(asked) == {prefixes[1]}  # once the pool has grown an arena: here
+    assert len(snaps[-1].params["emb"].pool.arenas) >= 2

@@ -50,7 +50,7 @@ import xxhash
 from .. import checkpoint as ckpt
 from ..blocked_array import BlockedArray
 from ..errors import DataLossError, InvalidArgumentError
-from ..workers.read_process import AppliedRows
+from ..workers.read_process import APPLY_MAX_ARENAS, AppliedRows
 from ..workers.shared_arrays import shared_array
 from .loader import Snapshot, load_snapshot
 from .servable import Servable
@@ -439,13 +439,16 @@ def _links(changes: Any, prefix: str, index_xxh3: str) -> bool:
 
 def _shared_tables(snap: Snapshot) -> dict[str, BlockedArray]:
     """The blocked tables of ``snap`` when every one lies in shared arenas (in the
-    format's little-endian byte order), else {} (applied in this process)."""
+    format's little-endian byte order, and no more arenas than one request carries),
+    else {} (applied in this process)."""
     out: dict[str, BlockedArray] = {}
     for name, value in snap.params.items():
         if isinstance(value, BlockedArray):
             if value.dtype.byteorder == ">" or any(h is None for h in value.pool.handles):
                 return {}
             out[name] = value
+    if sum(len(t.pool.arenas) for t in out.values()) > APPLY_MAX_ARENAS:
+        return {}
     return out
 
 

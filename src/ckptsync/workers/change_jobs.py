@@ -208,7 +208,6 @@ def _key(fd: int) -> tuple[int, int]:
 def _mapped(fd: int) -> mmap.mmap:
     key, size = _key(fd), os.fstat(fd).st_size
     mm = _ARENAS.get(key)
-    if mm is None or len(mm) < size:  # its page tables filled now, once (no fault later)
-        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-        mm = _ARENAS[key] = mmap.mmap(fd, size, flags=flags)
+    if mm is None or len(mm) < size:  # (not populated: a grown arena's unused blocks
+        mm = _ARENAS[key] = mmap.mmap(fd, size)  # take no memory until written)
     return mm

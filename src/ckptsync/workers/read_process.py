@@ -57,7 +57,7 @@ from .frames import (
 from .process import WorkerProcess, python_command
 from .shared_arrays import ArrayLayout, SharedBuffer, SharedFile
 
-__all__ = ["CheckpointReadProcess", "reader_main"]
+__all__ = ["APPLY_MAX_ARENAS", "AppliedChanges", "AppliedRows", "CheckpointReadProcess", "reader_main"]
 
 logger = logging.getLogger(__name__)
 
@@ -176,7 +176,8 @@ class CheckpointReadProcess:
         Args:
             tables: name -> (the served version, every free block of its pool: hold
                 ``pool.lock`` from ``free_blocks`` until ``with_blocks`` made the next
-                version). Every arena's handle must be ``(SharedFile, offset)``.
+                version). Every arena's handle must be ``(SharedFile, offset)``; at most
+                :data:`APPLY_MAX_ARENAS` arenas in all.
 
         Returns:
             :class:`AppliedChanges`; its ``applied`` tables have no rows or values in
@@ -436,7 +437,10 @@ def _read_job(request: dict[str, Any], fds: Sequence[int] = ()
 
 
 _JOBS = {b"A": apply_job, b"C": changes_job}
-_MAX_FDS = 64  # a request's: the state block and the arenas of its tables
+#: The most arenas (over all its tables) an :meth:`CheckpointReadProcess.apply_changes`
+#: request may name (with the state block: the descriptors one request carries).
+APPLY_MAX_ARENAS = 63
+_MAX_FDS = APPLY_MAX_ARENAS + 1
 
 
 def reader_main() -> None:
