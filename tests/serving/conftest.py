@@ -54,6 +54,35 @@ class MLPServable(Servable):
         return out
 
 
+class TableServable(Servable):
+    """ids int64 [batch] -> emb[ids] @ w: y float32 [batch, 2]; emb float32 [vocab, dim]
+    is read only by gathers (a blocked table on copy-on-write swaps), w [dim, 2]."""
+
+    def __init__(self, vocab: int = 4096, dim: int = 16) -> None:
+        f32 = np.dtype("float32")
+        self._signature = Signature({"ids": TensorSpec("ids", np.int64, (None,))},
+                                    {"y": TensorSpec("y", f32, (None, 2))})
+        self._specs = {"emb": TensorSpec("emb", f32, (vocab, dim)),
+                       "w": TensorSpec("w", f32, (dim, 2))}
+
+    @property
+    def signature(self) -> Signature:
+        return self._signature
+
+    @property
+    def variable_specs(self) -> Mapping[str, TensorSpec]:
+        return self._specs
+
+    @property
+    def row_gathered_variables(self) -> frozenset[str]:
+        return frozenset({"emb"})
+
+    def run(self, params, inputs):
+        emb = params["emb"]
+        rows = emb.gather(inputs["ids"]) if hasattr(emb, "gather") else emb[inputs["ids"]]
+        return {"y": rows @ params["w"]}
+
+
 def mlp_params(step: int) -> dict[str, np.ndarray]:
     """Parameters whose every value encodes ``step`` (so outputs identify the version)."""
     rng = np.random.default_rng(step)

@@ -17,39 +17,13 @@ import pytest
 from ckptsync import checkpoint as ckpt
 from ckptsync.blocked_array import BlockedArray
 from ckptsync.errors import DataLossError, InvalidArgumentError
-from ckptsync.serving import Servable, Signature, TensorSpec
 from ckptsync.serving._cow import CopyOnWrite, apply_changes, version_digests
 from ckptsync.serving.source import AspiredVersion
 
+from .conftest import TableServable
+
 VOCAB, DIM = 4096, 16  # 64 rows per block, 64 blocks, 256 KiB: stored in blocks
 F32 = np.dtype("float32")
-
-
-class TableServable(Servable):
-    """ids int64 [batch] -> emb[ids] @ w: y float32 [batch, 2]; emb is gathered only."""
-
-    def __init__(self) -> None:
-        self._signature = Signature({"ids": TensorSpec("ids", np.int64, (None,))},
-                                    {"y": TensorSpec("y", F32, (None, 2))})
-        self._specs = {"emb": TensorSpec("emb", F32, (VOCAB, DIM)),
-                       "w": TensorSpec("w", F32, (DIM, 2))}
-
-    @property
-    def signature(self) -> Signature:
-        return self._signature
-
-    @property
-    def variable_specs(self) -> Mapping[str, TensorSpec]:
-        return self._specs
-
-    @property
-    def row_gathered_variables(self) -> frozenset[str]:
-        return frozenset({"emb"})
-
-    def run(self, params, inputs):
-        emb = params["emb"]
-        rows = emb.gather(inputs["ids"]) if isinstance(emb, BlockedArray) else emb[inputs["ids"]]
-        return {"y": rows @ params["w"]}
 
 
 def _params(seed: int) -> dict[str, np.ndarray]:

@@ -17,39 +17,33 @@ import pytest
 
 from ckptsync import checkpoint as ckpt
 from ckptsync.blocked_array import BlockedArray
-from ckptsync.serving import Servable, Signature, TensorSpec
 from ckptsync.serving._cow import CopyOnWrite
 from ckptsync.serving.loader import load_snapshot
 from ckptsync.serving.source import AspiredVersion
 from ckptsync.workers import CheckpointReadProcess
 
+from .conftest import TableServable
+
 ROWS, DIM = 5003, 8  # 128 rows per block, 40 blocks, the last of 11 rows
 F32 = np.dtype("float32")
 
 
-class Model(Servable):
-    """emb float32 [5003, 8] (gathered only) and w float32 [8, 2]."""
+def Model() -> TableServable:  # noqa: N802 (reads as the class it makes)
+    return TableServable(ROWS, DIM)
 
-    def __init__(self) -> None:
-        self._signature = Signature({"ids": TensorSpec("ids", np.int64, (None,))},
-                                    {"y": TensorSpec("y", F32, (None, 2))})
-        self._specs = {"emb": TensorSpec("emb", F32, (ROWS, DIM)),
-                       "w": TensorSpec("w", F32, (DIM, 2))}
 
-    @property
-    def signature(self) -> Signature:
-        return self._signature
+def _spy(monkeypatch, reader) -> list[tuple[str, object]]:
+    """Records each ``reader.apply_changes`` call: (prefix, its result)."""
+    calls: list[tuple[str, object]] = []
+    original = reader.apply_changes
 
-    @property
-    def variable_specs(self) -> Mapping[str, TensorSpec]:
-        return self._specs
+    def spying(prefix, *args, **kwargs):
+        out = original(prefix, *args, **kwargs)
+        calls.append((prefix, out))
+        return out
 
-    @property
-    def row_gathered_variables(self) -> frozenset[str]:
-        return frozenset({"emb"})
-
-    def run(self, params, inputs):
-        return {"y": params["emb"].gather(inputs["ids"]) @ params["w"]}
+    monkeypatch.setattr(reader, "apply_changes", spying)
+    return calls
 
 
 def _digests(arrays: Mapping[str, np.ndarray]) -> dict[str, str]:
@@ -105,23 +99,17 @@ def reader():
 
 
 def test_the_read_process_applies_each_delta_bit_exact_and_as_the_load_thread_does(
-        tmp_path, reader) -> None:
+        tmp_path, reader, monkeypatch) -> None:
     prefixes, states = _chain(tmp_path, 12, lambda i: 3 + 7 * i)
     remote = CopyOnWrite(Model(), load=load_snapshot)
     remote.use_reader(reader)  # applies in the read process
     here = CopyOnWrite(Model(), load=load_snapshot)
     here.use_reader(reader, apply=False)  # reads there, applies on this thread
-    applied_there = []
-    original = reader.apply_changes
-
-    def counting(*args, **kwargs):
-        applied_there.append(args[0])
-        return original(*args, **kwargs)
-
-    reader.apply_changes = counting
+    calls = _spy(monkeypatch, reader)
     got = _follow(remote, prefixes)
-    reader.apply_changes = original
+    applied_there = [prefix for prefix, _ in calls]
     ref = _follow(here, prefixes)
+    assert len(calls) == len(applied_there)  # the reference path asked the reader nothing
     assert list(dict.fromkeys(applied_there)) == prefixes[1:]  # (asked again if short)
     for snap, other, state in zip(got, ref, states):
         _assert_equal(snap, state)
@@ -139,21 +127,14 @@ def test_the_read_process_applies_each_delta_bit_exact_and_as_the_load_thread_do
 
 
 def test_a_pool_short_of_free_blocks_grows_and_the_apply_is_asked_again(
-        tmp_path, reader) -> None:
+        tmp_path, reader, monkeypatch) -> None:
     # Step 1 touches 3 blocks (the pool grows by 8 or 1/64), step 2 nearly all 40.
     prefixes, states = _chain(tmp_path, 2, lambda i: 3 if i == 1 else 4000, seed=1)
     cow = CopyOnWrite(Model(), load=load_snapshot)
     cow.use_reader(reader)
-    asked = []
-    original = reader.apply_changes
-
-    def spying(*args, **kwargs):
-        out = original(*args, **kwargs)
-        asked.append((args[0], dict(out.short)))
-        return out
-
-    reader.apply_changes = spying
+    calls = _spy(monkeypatch, reader)
     snaps = _follow(cow, prefixes)
+    asked = [(prefix, dict(out.short)) for prefix, out in calls]
     assert [s.load_kind for s in snaps] == ["full", "copy_on_write", "copy_on_write"]
     for snap, state in zip(snaps, states):
         _assert_equal(snap, state)
@@ -222,15 +203,9 @@ def test_more_arenas_than_one_request_carries_are_applied_on_the_load_thread(
     prefixes, states = _chain(tmp_path, 3, lambda i: 30, seed=4)
     cow = CopyOnWrite(Model(), load=load_snapshot)
     cow.use_reader(reader)
-    asked = []
-    original = reader.apply_changes
-
-    def spying(*args, **kwargs):
-        asked.append(args[0])
-        return original(*args, **kwargs)
-
-    reader.apply_changes = spying
+    calls = _spy(monkeypatch, reader)
     snaps = _follow(cow, prefixes)
+    asked = [prefix for prefix, _ in calls]
     assert [s.load_kind for s in snaps] == ["full"] + ["copy_on_write"] * 3
     for snap, state in zip(snaps, states):
         _assert_equal(snap, state)
