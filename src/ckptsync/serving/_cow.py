@@ -308,11 +308,13 @@ class CopyOnWrite:
         snap = self._try_apply(target, served)
         if snap is not None:
             return snap
-        snap = self._load(target.prefix, self.servable, self.allow_nonfinite,
-                          version=target.version, read=self.read)
+        try:
+            snap = self._load(target.prefix, self.servable, self.allow_nonfinite,
+                              version=target.version, read=self.read)
+        finally:  # (a refused load must not keep the block it read)
+            handles = dict(self._read_handles)  # the read just made, if through the reader
+            self._read_handles.clear()
         names = self.servable.row_gathered_variables
-        handles = dict(self._read_handles)  # (the read just made, if through the reader)
-        self._read_handles.clear()
         if names:
             snap = dataclasses.replace(snap, params=types.MappingProxyType(block_tables(
                 snap.params, names, handles, shared_array if handles else None)))
@@ -404,6 +406,10 @@ class CopyOnWrite:
         need: dict[str, int] = {}
         for _ in range(2):  # a pool short of free blocks grows, once
             free = {n: t.pool.free_blocks(need.get(n, 0)) for n, t in tables.items()}
+            if sum(len(t.pool.arenas) for t in tables.values()) > APPLY_MAX_ARENAS:
+                held.close()  # grown past what one request carries: apply here
+                changes, own = self.read_changes(prefix, names, only_after=only_after)
+                return changes, own, {}
             got = self._reader.apply_changes(prefix, names, only_after,
                                              {n: (t, free[n]) for n, t in tables.items()})
             if not got.short:
@@ -433,8 +439,13 @@ class CopyOnWrite:
 def _links(changes: Any, prefix: str, index_xxh3: str) -> bool:
     """True when ``changes`` names ``prefix`` (with that index hash) as its predecessor."""
     parent = getattr(changes, "parent", None)
-    return parent is not None and os.path.basename(parent) == os.path.basename(prefix) \
+    return parent is not None and _file_name(parent) == _file_name(prefix) \
         and changes.parent_index_xxh3 == index_xxh3
+
+
+def _file_name(prefix: str) -> str:
+    """A checkpoint's name as read_changes' ``only_after`` compares it."""
+    return os.path.basename(prefix).removesuffix(".h5")
 
 
 def _shared_tables(snap: Snapshot) -> dict[str, BlockedArray]:

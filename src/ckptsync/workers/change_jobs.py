@@ -44,6 +44,8 @@ __all__ = ["ReplyBlock", "apply_job", "changes_doc", "changes_job", "forget_aren
 # fresh mapping would fault in every touched page again); dropped once a job no longer
 # names them, so this process never keeps a dropped table's memory alive.
 _ARENAS: dict[tuple[int, int], mmap.mmap] = {}
+# The changes of a job answered "short" (the server asks again at once), and its key.
+_SHORT: tuple[tuple[Any, ...], CheckpointChanges] | None = None
 
 
 class ReplyBlock:
@@ -113,6 +115,8 @@ def _read(request: dict[str, Any]) -> CheckpointChanges:
 def changes_job(request: dict[str, Any], fds: Sequence[int] = ()
                 ) -> tuple[dict[str, Any], int | None]:
     """Reads a request's changes (``read_changes``), their arrays into a fresh block."""
+    global _SHORT
+    _SHORT = None  # (only the very next apply job may use it)
     block = ReplyBlock()
     try:
         changes = _read(request)
@@ -135,10 +139,13 @@ def apply_job(request: dict[str, Any], fds: Sequence[int]) -> tuple[dict[str, An
     (``{"finite": bool}``); or, when a table has fewer free blocks than it touches,
     only ``short`` (name -> blocks needed), nothing written.
     """
+    global _SHORT
     block = ReplyBlock()
     try:
         tables = _tables(request, fds)
-        changes = _read(request)
+        key = (request["prefix"], tuple(request["names"]), tuple(request["only_after"]))
+        cached, _SHORT = _SHORT, None
+        changes = cached[1] if cached is not None and cached[0] == key else _read(request)
         plans = {name: (c.rows, c) for name, c in changes.items()
                  if name in tables and c.kind == "rows" and c.rows is not None and len(c.rows)}
         short = {}
@@ -146,7 +153,8 @@ def apply_job(request: dict[str, Any], fds: Sequence[int]) -> tuple[dict[str, An
             need = int(np.count_nonzero(np.diff(rows // tables[name][0].block_rows)) + 1)
             if need > tables[name][1].size:
                 short[name] = need
-        if short:
+        if short:  # the server grows its pools and asks again: not read twice
+            _SHORT = (key, changes)
             return {"ok": True, "short": short}, None
         arrays = _arrays(changes, skip=frozenset(plans))
         applied = {}
@@ -194,6 +202,9 @@ def _tables(request: dict[str, Any], fds: Sequence[int]
 def forget_arenas(keep: frozenset[tuple[int, int]] | set[tuple[int, int]] = frozenset()
                   ) -> None:
     """Unmaps every arena mapped here but those of ``keep`` ((st_dev, st_ino) keys)."""
+    global _SHORT
+    if not keep:
+        _SHORT = None
     for key in list(_ARENAS):
         if key not in keep:
             with contextlib.suppress(BufferError):  # a view survived: the GC unmaps it

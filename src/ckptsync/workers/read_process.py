@@ -294,7 +294,7 @@ class CheckpointReadProcess:
                                     list(send))
                 worker.await_answer(self._timeout_s, f"reading {prefix}.h5")  # else killed
                 _, reply, fds = recv_frame_with_fds(sock, 1)
-        except OSError:
+        except (OSError, ValueError):  # (a reply that is not a frame: replaced, as dead)
             fds, reply = [], None
         if reply is None:
             for fd in fds:
