@@ -191,8 +191,9 @@ def _tables(request: dict[str, Any], fds: Sequence[int]
     for name, t in request["tables"].items():
         dtype, row_shape = np.dtype(t["dtype"]), tuple(t["row_shape"])
         width = math.prod(row_shape)
-        arenas = [np.frombuffer(_mapped(fds[a]), dtype, n_rows * width, offset)
-                  .reshape(n_rows, *row_shape) for a, offset, n_rows in t["arenas"]]
+        arenas = [np.frombuffer(_mapped(fds[a], first=i == 0), dtype, n_rows * width, offset)
+                  .reshape(n_rows, *row_shape)
+                  for i, (a, offset, n_rows) in enumerate(t["arenas"])]
         pool = BlockPool.over(arenas, int(t["rows"]), int(t["block_rows"]))
         out[name] = (BlockedArray(pool, np.array(state[name + "\0slots"])),
                      np.array(state[name + "\0free"]))
@@ -216,9 +217,13 @@ def _key(fd: int) -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
 
-def _mapped(fd: int) -> mmap.mmap:
+def _mapped(fd: int, first: bool) -> mmap.mmap:
+    """The mapping of an arena's file; arena 0 (the full read, every page in memory) has
+    its page tables filled at once, so that later jobs take no fault on it; a grown
+    arena is not, so that its unused blocks take no memory until written."""
     key, size = _key(fd), os.fstat(fd).st_size
     mm = _ARENAS.get(key)
-    if mm is None or len(mm) < size:  # (not populated: a grown arena's unused blocks
-        mm = _ARENAS[key] = mmap.mmap(fd, size)  # take no memory until written)
+    if mm is None or len(mm) < size:
+        flags = mmap.MAP_SHARED | (getattr(mmap, "MAP_POPULATE", 0) if first else 0)
+        mm = _ARENAS[key] = mmap.mmap(fd, size, flags=flags)
     return mm
