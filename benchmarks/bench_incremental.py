@@ -68,7 +68,7 @@ MLP_MODEL = os.path.join(ROOT, "examples", "digits_mlp.py")
 sys.path.insert(0, HERE)
 
 from _cow_apply import apply_section  # noqa: E402
-from bench_serving import Probe, request_bytes, tree_pss_kib  # noqa: E402
+from _serving_tools import Probe, request_bytes, tree_pss_kib  # noqa: E402
 
 import ckptsync as cs  # noqa: E402
 from ckptsync.data import BatchIterator, load_dataset, load_digits  # noqa: E402
