@@ -17,40 +17,25 @@ from typing import Any
 
 import numpy as np
 
-try:
-    import _grpc_load
-    from _common import summary
-    from _serving_tools import (
-        HERE,
-        MODEL_FILE,
-        ROOT,
-        TOOLS_SCRIPT,
-        Probe,
-        Publisher,
-        cpu_ticks,
-        request_bytes,
-        run_load,
-        start,
-        stop,
-        wait_version,
-    )
-except ImportError:  # run as a module
-    from benchmarks import _grpc_load
-    from benchmarks._common import summary
-    from benchmarks._serving_tools import (
-        HERE,
-        MODEL_FILE,
-        ROOT,
-        TOOLS_SCRIPT,
-        Probe,
-        Publisher,
-        cpu_ticks,
-        request_bytes,
-        run_load,
-        start,
-        stop,
-        wait_version,
-    )
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # as a script or a module
+
+import _grpc_load  # noqa: E402
+from _common import summary  # noqa: E402
+from _serving_tools import (  # noqa: E402
+    HERE,
+    MODEL_FILE,
+    ROOT,
+    TOOLS_SCRIPT,
+    Probe,
+    Publisher,
+    cpu_ticks,
+    request_bytes,
+    run_load,
+    start,
+    stop,
+    wait_version,
+)
+
 
 def batch_main(args: argparse.Namespace) -> None:
     """Throughput by batch size and connections: ckptsync / bare, alternating rounds."""

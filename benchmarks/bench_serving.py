@@ -54,48 +54,28 @@ from collections import Counter
 
 import numpy as np
 
-try:
-    from _common import summary
-    from _serving_modes import batch_main, batching_main, grpc_main, v2_main
-    from _serving_tools import (
-        MNIST_MODEL_FILE,
-        MNIST_SIZES,
-        MODEL_FILE,
-        TOOLS_SCRIPT,
-        PeakSampler,
-        Probe,
-        Publisher,
-        freshness,
-        make_params,
-        percentile,
-        request_bytes,
-        run_load,
-        start,
-        stop,
-        tree_pss_kib,
-        wait_version,
-    )
-except ImportError:  # run as a module
-    from benchmarks._common import summary
-    from benchmarks._serving_modes import batch_main, batching_main, grpc_main, v2_main
-    from benchmarks._serving_tools import (
-        MNIST_MODEL_FILE,
-        MNIST_SIZES,
-        MODEL_FILE,
-        TOOLS_SCRIPT,
-        PeakSampler,
-        Probe,
-        Publisher,
-        freshness,
-        make_params,
-        percentile,
-        request_bytes,
-        run_load,
-        start,
-        stop,
-        tree_pss_kib,
-        wait_version,
-    )
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # as a script or a module
+
+from _common import summary  # noqa: E402
+from _serving_modes import batch_main, batching_main, grpc_main, v2_main  # noqa: E402
+from _serving_tools import (  # noqa: E402
+    MNIST_MODEL_FILE,
+    MNIST_SIZES,
+    MODEL_FILE,
+    TOOLS_SCRIPT,
+    PeakSampler,
+    Probe,
+    Publisher,
+    freshness,
+    make_params,
+    percentile,
+    request_bytes,
+    run_load,
+    start,
+    stop,
+    tree_pss_kib,
+    wait_version,
+)
 
 
 # --------------------------------------------------------------------------- main
