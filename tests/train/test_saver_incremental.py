@@ -130,23 +130,30 @@ def _check_restorable(d: Path, g: Any, saver: Any) -> None:
 
 
 @pytest.mark.parametrize("async_save", [False, True], ids=["sync", "async"])
-def test_retention_never_leaves_an_unrestorable_listed_checkpoint(tmp_path: Path,
-                                                                  async_save: bool) -> None:
+@pytest.mark.parametrize("relative", [False, True], ids=["absolute", "relative"])
+def test_retention_never_leaves_an_unrestorable_listed_checkpoint(
+        tmp_path: Path, async_save: bool, relative: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # relative: saved to "model.ckpt" in the working directory, as `trainer run
+    # --checkpoint-dir ckpts` does; the bases must be held under the names recorded.
     g, train, init = _embedding_adagrad()
     with g.as_default():
         saver = cs.train.Saver(max_to_keep=2, incremental=True, full_checkpoint_every_n=4,
                                async_save=async_save)
         reader = cs.train.Saver()
+    if relative:
+        monkeypatch.chdir(tmp_path)
+    save_path = "model.ckpt" if relative else str(tmp_path / "model.ckpt")
     listed_counts = []
     with cs.Session(graph=g) as sess, saver:
         sess.run(init)
         for step in range(15):
             sess.run(train)
-            saver.save(sess, str(tmp_path / "model.ckpt"), global_step=step)
+            saver.save(sess, save_path, global_step=step)
             saver.wait_until_finished()
             listed = _listed(tmp_path)
             listed_counts.append(len(listed))
-            assert listed == saver.last_checkpoints
+            assert listed == [os.path.abspath(p) for p in saver.last_checkpoints]
             _check_restorable(tmp_path, g, reader)
             # Nothing leaks: every file on disk is listed.
             on_disk = sorted(str(tmp_path / f[:-3]) for f in os.listdir(tmp_path)

@@ -298,6 +298,10 @@ class Saver:
         other directories' too, which readers here refuse as outside paths)."""
         if not self._max_to_keep:
             return [], [prefix]
+        if depends_on is not None:  # named as it was recorded (a relative path stays one)
+            target = self._absolute(depends_on)
+            depends_on = next((p for p in self._retention.last_checkpoints
+                               if self._absolute(p) == target), depends_on)
         evicted = self._retention.record(prefix, time.time(), depends_on)
         here = os.path.dirname(self._absolute(prefix))
         kept = [p for p in self._retention.last_checkpoints
