@@ -49,7 +49,8 @@ SWITCH_INTERVAL_S = 0.0001
 @click.group(name="infer", cls=OneLineErrorGroup, context_settings=CONTEXT_SETTINGS)
 @click.version_option(package_name="ckptsync")
 def main() -> None:
-    """Serve ckptsync models over TF Serving's REST API."""
+    """Serve ckptsync models over TF Serving's REST and gRPC APIs and the Open Inference
+    Protocol (KServe v2)."""
 
 
 @main.command()

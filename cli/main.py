@@ -1,4 +1,6 @@
-"""``ckptsync``: the umbrella command (``demo``; more subcommands join it)."""
+"""``ckptsync``: the umbrella command: ``demo``, ``inspect``, ``convert``, and ``trainer`` and
+``infer`` (the ``trainer`` and ``infer`` commands, also as ``ckptsync trainer run`` and
+``ckptsync infer serve``)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,9 @@ import click
 from ._common import CONTEXT_SETTINGS, OneLineErrorGroup
 from .convert_cmd import convert
 from .demo import demo
+from .infer import main as infer
 from .inspect_cmd import inspect
+from .trainer import main as trainer
 
 
 @click.group(name="ckptsync", cls=OneLineErrorGroup, context_settings=CONTEXT_SETTINGS)
@@ -19,6 +23,8 @@ def main() -> None:
 main.add_command(demo)
 main.add_command(inspect)
 main.add_command(convert)
+main.add_command(trainer, "trainer")
+main.add_command(infer, "infer")
 
 if __name__ == "__main__":
     main(prog_name="ckptsync")

@@ -49,3 +49,18 @@ def test_plain_numbers_still_work():
     assert Int(min=0).convert(" 12 ", None, None) == 12
     assert Real(min=0).convert("1e-2", None, None) == 0.01
     assert Real(min=0).convert(".5", None, None) == 0.5
+
+
+def test_ckptsync_runs_trainer_and_infer_as_subcommands_with_the_same_checks(tmp_path):
+    """``ckptsync trainer run`` and ``ckptsync infer serve`` are the ``trainer`` and ``infer``
+    commands: the same flags, checked the same way."""
+    from ckptsync.cli.main import main as ckptsync_main
+
+    r = CliRunner().invoke(ckptsync_main, ["infer", "serve", "--model", "m.py",
+                                           "--checkpoint-dir", str(tmp_path), "--port", "+80 0"],
+                           prog_name="ckptsync")
+    assert r.exit_code == 2 and "Invalid value for '--port'" in r.output, r.output
+    r = CliRunner().invoke(ckptsync_main, ["trainer", "run", "--model", "m.py",
+                                           "--checkpoint-dir", str(tmp_path), "--steps", "2_000"],
+                           prog_name="ckptsync")
+    assert r.exit_code == 2 and "Invalid value for '--steps'" in r.output, r.output
