@@ -20,7 +20,8 @@ CLI = ROOT / "cli"
 # Lowest first; a module's layer is that of the longest prefix naming it ("ckptsync"
 # itself names only the package's __init__).
 LAYERS: list[tuple[str, ...]] = [
-    ("ckptsync.errors", "ckptsync.dtypes", "ckptsync.logging", "ckptsync.flags"),
+    ("ckptsync.errors", "ckptsync.dtypes", "ckptsync.logging", "ckptsync.flags",
+     "ckptsync.not_implemented"),
     ("ckptsync.checkpoint", "ckptsync.datasets", "ckptsync.gfile", "ckptsync.io",
      "ckptsync.blocked_array"),
     ("ckptsync.workers",),

@@ -86,6 +86,7 @@ from .initializers import (  # noqa: F401
 )
 from .logging import get_logger  # noqa: F401
 from .model_spec import ModeKeys, ModelSpec  # noqa: F401
+from .not_implemented import missing as _missing  # noqa: E402
 from .ops.array_ops import (  # noqa: F401
     concat,
     constant,
@@ -215,4 +216,4 @@ def __getattr__(name: str):  # lazy subpackages that sit above the runtime
         return _importlib.import_module(f".{name}", __name__)
     if name in ("Summary", "Event", "SessionLog", "SummaryMetadata", "HistogramProto"):
         return getattr(_importlib.import_module(".summary", __name__), name)
-    raise AttributeError(f"module 'ckptsync' has no attribute {name!r}")
+    raise _missing(__name__, name)

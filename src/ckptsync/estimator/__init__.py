@@ -19,8 +19,11 @@ Example:
     ...     log_step_count_steps=1000))  # doctest: +SKIP
 """
 
+from typing import TYPE_CHECKING, Any
+
 from ..model_fn import EstimatorSpec  # noqa: F401
 from ..model_spec import ModeKeys  # noqa: F401
+from ..not_implemented import missing as _missing
 from ..train import (  # noqa: F401 - TF 1.15's tf.estimator has the hooks too
     CheckpointSaverHook,
     CheckpointSaverListener,
@@ -52,3 +55,9 @@ __all__ = ["Estimator", "EstimatorSpec", "EvalSpec", "Exporter", "ModeKeys", "Ru
            "GlobalStepWaiterHook", "LoggingTensorHook", "NanTensorHook", "SessionRunArgs",
            "SessionRunContext", "SessionRunHook", "SessionRunValues", "StepCounterHook",
            "StopAtStepHook", "SummarySaverHook", "experimental"]
+
+
+if not TYPE_CHECKING:  # (for type checkers the module has only the names above)
+    def __getattr__(name: str) -> Any:
+        """A TF1 name not implemented here: an AttributeError that says so."""
+        raise _missing(__name__, name)

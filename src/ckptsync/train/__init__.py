@@ -1,6 +1,8 @@
 """``cs.train``: optimizers, the global step, ``Saver``, checkpoint helpers, hooks and
 monitored sessions, as TF1's ``tf.train``."""
 
+from typing import TYPE_CHECKING, Any
+
 from ..checkpoint import (  # noqa: F401
     CheckpointReader,
     NewCheckpointReader,  # noqa: F401
@@ -16,6 +18,7 @@ from ..checkpoint import (  # noqa: F401
     remove_checkpoint,
     update_checkpoint_state,
 )
+from ..not_implemented import missing as _missing
 from ..summary.summary_iterator import summary_iterator  # noqa: F401
 from . import basic_session_run_hooks, session_run_hook  # noqa: F401
 from .adaptive_optimizers import (  # noqa: F401
@@ -77,3 +80,8 @@ from .training_util import (  # noqa: F401
     get_or_create_global_step,
     global_step,
 )
+
+if not TYPE_CHECKING:  # (for type checkers the module has only the names above)
+    def __getattr__(name: str) -> Any:
+        """A TF1 name not implemented here: an AttributeError that says so."""
+        raise _missing(__name__, name)
