@@ -26,6 +26,7 @@ the same whatever the table's size.
 
 import argparse
 import json
+import os
 
 import ckptsync as cs
 
@@ -99,6 +100,7 @@ def main(argv=None):
     feeds = {**spec.inputs, **spec.labels}
     batches = BatchIterator(data.train, args.batch_size, seed=0)
     prefix = f"{args.checkpoint_dir}/model.ckpt"
+    os.makedirs(args.checkpoint_dir, exist_ok=True)  # as TF1, Saver.save wants it to exist
 
     def held_out_auc(sess):
         p = sess.run(spec.outputs["logistic"], {spec.inputs[k]: test[k] for k in spec.inputs})

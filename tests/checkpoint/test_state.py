@@ -193,3 +193,13 @@ def test_latest_checkpoint_needs_the_data_file(tmp_path: Path) -> None:
     assert latest_checkpoint(d) == prefix
     update_checkpoint_state(d, f"{d}/model.ckpt-2", [prefix, f"{d}/model.ckpt-2"])
     assert latest_checkpoint(d) is None  # state names a checkpoint whose .h5 is missing
+
+
+def test_str_of_a_state_is_the_text_format_as_tf1s_proto() -> None:
+    # What TF 2.21's tf.compat.v1.train.get_checkpoint_state(d) printed for a Saver's
+    # directory (max_to_keep=2, three saves).
+    state = CheckpointState("/tmp/tfo/model.ckpt-2",
+                            ["/tmp/tfo/model.ckpt-1", "/tmp/tfo/model.ckpt-2"])
+    assert str(state) == ('model_checkpoint_path: "/tmp/tfo/model.ckpt-2"\n'
+                          'all_model_checkpoint_paths: "/tmp/tfo/model.ckpt-1"\n'
+                          'all_model_checkpoint_paths: "/tmp/tfo/model.ckpt-2"\n')

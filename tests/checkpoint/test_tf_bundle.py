@@ -69,6 +69,7 @@ def ours_values() -> dict[str, np.ndarray]:
 def make_ours(out_dir: Path) -> str:
     """A ckptsync Saver saves ``ours_values`` (HDF5); ``ckptsync convert`` makes TF files."""
     h5_dir = out_dir / "h5"
+    h5_dir.mkdir(parents=True, exist_ok=True)
     g = cs.Graph()
     with g.as_default():
         vs = [cs.Variable(v, name=k) for k, v in ours_values().items()]

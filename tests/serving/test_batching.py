@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import threading
+import time
 
 import httpx
 import numpy as np
@@ -199,10 +200,14 @@ def test_a_batch_runs_on_one_version_while_versions_change(manager, tmp_path):
     t = threading.Thread(target=publisher)
     t.start()
     try:
-        results = []
-        for i in range(30):
+        results: list = []
+        deadline = time.monotonic() + 60
+        i = 0  # at least 30 rounds, and on until a second version has answered
+        while i < 30 or (len({v for _, (_, v) in results}) < 2
+                         and time.monotonic() < deadline):
             xs = [rows(1 + (j % 3), 100 * i + j) for j in range(8)]
             results += list(zip(xs, run_all(scheduler, xs)))
+            i += 1
     finally:
         stop.set()
         t.join(30)

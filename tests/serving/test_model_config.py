@@ -216,6 +216,9 @@ def test_a_label_moves_only_to_an_available_version(tmp_path, server):
     assert a.resolve_label("stable") == 3
     publish(tmp_path / "ckpts-a", 5)
     a.manager.wait_for_version(5, timeout_s=30)
+    # A wait warning made before 5 was served no longer holds: a reload that has not
+    # logged it yet (it logs after unloading) leaves it out, as the label has moved.
+    assert [w.still_waits() for w in warnings] == [False] * len(warnings)
     assert a.resolve_label("canary") == 5 and a.resolve_label("stable") == 5
     assert a.labels() == {"stable": 5, "canary": 5}
     # A label left out of the config is gone.
@@ -408,3 +411,22 @@ def test_each_further_version_writes_its_summaries_beside_the_models(tmp_path):
     first = list((tmp_path / "tb" / "a").glob("events.out.tfevents.*"))
     second = list((tmp_path / "tb" / "a" / "version_2").glob("events.out.tfevents.*"))
     assert len(first) == 1 and len(second) == 1
+
+
+def test_a_specific_version_whose_file_retention_deleted_is_named_as_the_configs(
+        tmp_path, server):
+    """A version that model_version_policy specific names, its file deleted while it is
+    served, is shown as the config's (not as an admin pin to undo)."""
+    for step in (1, 3):
+        publish(tmp_path / "ckpts-a", step)
+    server.reload([entry(tmp_path, "a", versions=(1, 3))])
+    a = server.model("a")
+    wait_serving(a, {1: 1, 3: 3})
+    (tmp_path / "ckpts-a" / "model.ckpt-1.h5").unlink()
+    [status] = a.version_status(1)
+    message = status["status"]["error_message"]
+    assert status["state"] == "AVAILABLE" and message.startswith(
+        "version 1 (named by model_version_policy specific) is served from memory but its "
+        "file"), message
+    assert "name a version that is on disk in the model config" in message
+    assert "unpin" not in message

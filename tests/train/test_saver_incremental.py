@@ -337,6 +337,9 @@ def test_bad_full_checkpoint_every_n() -> None:
         cs.get_variable("v", [1])
         with pytest.raises(CkptsyncValueError, match="full_checkpoint_every_n must be an int"):
             cs.train.Saver(incremental=True, full_checkpoint_every_n=0)
+        for wrong_type in ("3", 1.5, True):
+            with pytest.raises(TypeError, match="full_checkpoint_every_n must be an int"):
+                cs.train.Saver(incremental=True, full_checkpoint_every_n=wrong_type)
 
 
 # -- a failed delta write loses no change ---------------------------------------------
@@ -443,3 +446,44 @@ def test_a_failed_delta_write_loses_no_change(tmp_path: Path, async_save: bool, 
     assert result["kinds"].count("delta") >= 6, result["kinds"]
     for p in result["listed"]:
         ckpt.read_checkpoint(p, verify=True)
+
+
+_STAGING_LIMITED = r"""
+import json, os, resource, signal, sys
+import numpy as np
+import ckptsync as cs
+from ckptsync import errors
+d = sys.argv[1]
+g = cs.Graph()
+with g.as_default():
+    t = cs.Variable(np.ones((4096, 16), np.float32), name="t")
+    saver = cs.train.Saver(incremental=True, async_save=True)
+sess = cs.Session(graph=g)
+sess.run(t.initializer)
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (65536, resource.RLIM_INFINITY))
+try:
+    saver.save(sess, d + "/model.ckpt", global_step=1)
+    saver.wait_until_finished()
+    outcome = "saved"
+except errors.ResourceExhaustedError as e:
+    outcome = str(e)
+resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+saver.save(sess, d + "/model.ckpt", global_step=2)
+saver.close()
+print(json.dumps({"outcome": outcome, "files": sorted(os.listdir(d))}))
+"""
+
+
+def test_an_async_save_whose_staging_memory_cannot_grow_is_resource_exhausted(
+        tmp_path: Path) -> None:
+    """The trainer's shared buffer for an async save is a file (memfd): under
+    RLIMIT_FSIZE its growth fails with EFBIG, which is the save's ResourceExhaustedError
+    naming the checkpoint (not a bare OSError); the next save, with room, writes."""
+    proc = subprocess.run([sys.executable, "-c", _STAGING_LIMITED, str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["outcome"].startswith(f"Failed to stage in memory {tmp_path}/model.ckpt-1: "
+                                        "File too large"), result
+    assert result["files"] == ["checkpoint", "model.ckpt-2.h5"]

@@ -63,6 +63,10 @@ class CheckpointState:
     all_model_checkpoint_timestamps: list[float] = field(default_factory=list)
     last_preserved_timestamp: float | None = None
 
+    def __str__(self) -> str:
+        """The protobuf text format, as ``str()`` of TF1's proto (the state file's text)."""
+        return checkpoint_state_to_text(self)
+
 
 # -- text format -----------------------------------------------------------------------
 _ESCAPES_OUT = {0x0A: b"\\n", 0x0D: b"\\r", 0x09: b"\\t", 0x22: b'\\"', 0x27: b"\\'", 0x5C: b"\\\\"}

@@ -72,17 +72,22 @@ class PinnedFileWatch:
         self._warned: set[tuple[int, str]] = set()
         self._lock = threading.Lock()
 
-    def check(self, snap: Snapshot | None, pinned: int | None) -> str | None:
+    def check(self, snap: Snapshot | None, pinned: int | None, by_config: bool = False
+              ) -> str | None:
         """The warning if ``snap`` is the ``pinned`` version and its file is gone, else
-        None; logs it the first time (one ``stat``)."""
+        None; logs it the first time (one ``stat``). ``by_config``: the version is one a
+        model config's ``model_version_policy { specific }`` names (no admin pin)."""
         if snap is None or pinned is None or snap.version != pinned:
             return None
         path = snap.prefix + ".h5"
         if os.path.exists(path):
             return None
-        message = (f"pinned version {pinned} is served from memory but its file {path} was "
-                   "deleted (the trainer's retention?): a restart cannot load it again; "
-                   "pin a version that is on disk, or unpin")
+        what, remedy = ((f"version {pinned} (named by model_version_policy specific)",
+                         "name a version that is on disk in the model config") if by_config
+                        else (f"pinned version {pinned}", "pin a version that is on disk, or "
+                              "unpin"))
+        message = (f"{what} is served from memory but its file {path} was deleted (the "
+                   f"trainer's retention?): a restart cannot load it again; {remedy}")
         with self._lock:
             first = (snap.version, snap.prefix) not in self._warned
             self._warned.add((snap.version, snap.prefix))

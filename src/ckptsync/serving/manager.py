@@ -14,7 +14,7 @@ the old snapshot is freed when its last request drops it (its state goes UNLOADI
 A version that fails to load or verify, or that the optional gate refuses, never replaces
 the one being served: its status records the error; it is retried with backoff,
 ``max_load_attempts`` times, then once its file changes. Only with nothing served does
-latest fall back to an older checkpoint. A vanished file (retention) makes it rescan.
+latest fall back to an older checkpoint; a vanished file (retention) makes it rescan.
 
 Memory: at most two snapshots are resident, old + new: before loading, the load thread
 waits (up to ``unload_wait_s``) for the previous old snapshot's last request to end.
@@ -127,6 +127,7 @@ class ModelManager:
         self._cond = self._book.cond  # guards _policy and _listing too; swaps notify it
         self._listing = AspiredVersions(None, ())
         self._pin_watch = notices.PinnedFileWatch()
+        self.pinned_by_config = False  # a model config's specific version, not an admin pin
         self._thread: threading.Thread | None = None
         self._reader: CheckpointReadProcess | None = None
         self._cow = CopyOnWrite(servable, options.allow_nonfinite,  # the load thread's
@@ -155,9 +156,8 @@ class ModelManager:
                 logger.warning("cannot start the checkpoint reader process (%s); reading "
                                "checkpoints in this process", e)
         self._cow.use_reader(self._reader, self.options.apply_in_subprocess)
-        self._thread = threading.Thread(
-            target=self._load_loop, name="ckptsync-manager-loader", daemon=True
-        )
+        self._thread = threading.Thread(target=self._load_loop, name="ckptsync-manager-loader",
+                                        daemon=True)
         self._thread.start()
         self._source.start()
         return self
@@ -258,7 +258,8 @@ class ModelManager:
             NotFoundError: ``version`` was given and the manager has no record of it.
         """
         entries = self._book.status(version)
-        gone = self._pin_watch.check(self._book.current, self._policy.pinned)
+        pinned = self._policy.pinned
+        gone = self._pin_watch.check(self._book.current, pinned, self.pinned_by_config)
         for entry in entries:
             if gone and entry["state"] == "AVAILABLE" and not entry["status"]["error_message"]:
                 entry["status"]["error_message"] = gone
@@ -281,7 +282,7 @@ class ModelManager:
             reader.check()
         thread_alive = bool(self._thread and self._thread.is_alive())
         pinned = self._policy.pinned
-        gone = self._pin_watch.check(self._book.current, pinned)
+        gone = self._pin_watch.check(self._book.current, pinned, self.pinned_by_config)
         source = self._source
         return {
             "watcher": {"alive": source.alive, "mode": "poll" if self.options.poll else "events",
@@ -420,7 +421,7 @@ class ModelManager:
         with self._cond:
             self._listing = listing
             self._cond.notify_all()
-        self._pin_watch.check(self._book.current, self._policy.pinned)  # retention?
+        self._pin_watch.check(self._book.current, self._policy.pinned, self.pinned_by_config)
 
     def _load_loop(self) -> None:
         book = self._book

@@ -45,7 +45,7 @@ from .batching import BatchingOptions
 from .manager import ManagerOptions
 from .model_config import ModelConfigEntry, read_model_config_file
 from .options import HttpOptions
-from .served_model import ServedModel, SlotPlan, VersionSlot
+from .served_model import LabelWait, ServedModel, SlotPlan, VersionSlot
 
 __all__ = ["ModelBuildError", "ModelServer", "ServedModel", "ServerOptions"]
 
@@ -210,6 +210,8 @@ class ModelServer:
         for name in built:
             logger.info('model "%s" added: serving %s from %s', name,
                         self._models[name].entry.model_file, self._models[name].entry.base_path)
+        # (a label's version may have become AVAILABLE meanwhile: its move is logged)
+        warnings = [w for w in warnings if not isinstance(w, LabelWait) or w.still_waits()]
         for w in warnings:
             logger.warning("%s", w)
         return warnings

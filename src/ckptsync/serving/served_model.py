@@ -42,13 +42,29 @@ from .model_config import ModelConfigEntry
 if TYPE_CHECKING:
     from .model_server import ServerOptions
 
-__all__ = ["ServedModel", "SlotPlan", "VersionSlot"]
+__all__ = ["LabelWait", "ServedModel", "SlotPlan", "VersionSlot"]
 
 logger = logging.getLogger("ckptsync.serving.model_server")
 
 # When one version has several records (two slots saw it), the most served state wins.
 _STATE_RANK = {"AVAILABLE": 0, "LOADING": 1, "UNLOADING": 2, "START": 3, "END": 4}
 _ENDED_KEPT = 64
+
+
+class LabelWait(str):
+    """The warning that a version label waits for its version to be AVAILABLE (a str);
+    :meth:`still_waits` says whether it still does (a reload logs it only then)."""
+
+    model: ServedModel
+    label: str
+
+    def __new__(cls, text: str, model: ServedModel, label: str) -> LabelWait:
+        self = super().__new__(cls, text)
+        self.model, self.label = model, label
+        return self
+
+    def still_waits(self) -> bool:
+        return self.model._move(self.label) is not None
 
 
 class VersionSlot:
@@ -71,6 +87,7 @@ class VersionSlot:
         self.manager = ModelManager(servable, entry.base_path,
                                     "latest" if policy is None else policy,
                                     options=options.manager)
+        self.manager.pinned_by_config = policy is not None
         self.app = create_app(self.manager, entry.name, options=options.http,
                               batching=options.batching)
         self.grpc: Any = None
@@ -389,7 +406,7 @@ class ServedModel:
         with self._lock:
             self._wanted = dict(labels)
             self._labels = {k: v for k, v in self._labels.items() if k in self._wanted}
-        warnings = [w for w in (self._move(label) for label in labels) if w]
+        warnings: list[str] = [w for w in (self._move(label) for label in labels) if w]
         if warnings:
             self._watch_labels()
         return warnings
@@ -429,7 +446,7 @@ class ServedModel:
             for label in list(self._wanted):
                 self._move(label)
 
-    def _move(self, label: str) -> str | None:
+    def _move(self, label: str) -> LabelWait | None:
         """Moves ``label`` to its wanted version if that is AVAILABLE; else a warning."""
         with self._lock:
             want = self._wanted.get(label)
@@ -441,9 +458,10 @@ class ServedModel:
                             label, want)
                 return None
             now = self._labels.get(label)
-        return (f'model "{self.name}": version label "{label}" stays '
-                f'{"unset" if now is None else f"at version {now}"} until version {want} is '
-                "AVAILABLE (a label moves only to an AVAILABLE version, as TF Serving's)")
+        return LabelWait(
+            f'model "{self.name}": version label "{label}" stays '
+            f'{"unset" if now is None else f"at version {now}"} until version {want} is '
+            "AVAILABLE (a label moves only to an AVAILABLE version, as TF Serving's)", self, label)
 
     def resolve_label(self, label: str) -> int:
         """The version ``label`` names.

@@ -184,17 +184,22 @@ class Plan:
         fetch_slots: per fetched element, its slot (None for an operation).
         template: the initial value list: the constants' values already in their slots,
             so a run starts from ``template.copy()`` and never calls a kernel for one.
+        copied_fetches: the positions in ``fetch_slots`` whose values may share memory
+            that outlives the run (a variable's, a constant's, a feed's): a session
+            returns copies of those.
     """
 
-    __slots__ = ("steps", "ops", "feed_slots", "fetch_slots", "template")
+    __slots__ = ("steps", "ops", "feed_slots", "fetch_slots", "template", "copied_fetches")
 
     def __init__(self, steps: list[Step], ops: list[Operation], feed_slots: list[int],
-                 fetch_slots: list[int | None], template: list[Any]):
+                 fetch_slots: list[int | None], template: list[Any],
+                 copied_fetches: tuple[int, ...] = ()):
         self.steps = steps
         self.ops = ops
         self.feed_slots = feed_slots
         self.fetch_slots = fetch_slots
         self.template = template
+        self.copied_fetches = copied_fetches
 
 
 def needed_ops(elements: list[Tensor | Operation], fed_ids: set[int]) -> list[Operation]:

@@ -108,7 +108,41 @@ def compile_plan(elements: list[Tensor | Operation], fed: list[Tensor],
         if op.type == "Const" and id(op.outputs[0]) not in fed_ids:
             template[slot[id(op.outputs[0])]] = op.attrs["value"]
     fetch_slots = [slot[id(el)] if isinstance(el, Tensor) else None for el in elements]
-    return Plan(steps, step_ops, [slot[id(t)] for t in fed], fetch_slots, template)
+    memo: dict[int, bool] = {}
+    copied = tuple(i for i, el in enumerate(elements)
+                   if isinstance(el, Tensor) and _may_alias(el, fed_ids, memo))
+    return Plan(steps, step_ops, [slot[id(t)] for t in fed], fetch_slots, template, copied)
+
+
+# Ops whose value may be memory the run does not own: a variable's storage (a read, an
+# assign's or an update's result), a constant's or a default's value, a fed array, a
+# data set's element, a py_func's return, a branch's or a loop's result.
+_HELD_SOURCES = frozenset({
+    "VariableV2", "Const", "Placeholder", "PlaceholderWithDefault", "IteratorGetNext",
+    "PyFunc", "PyFuncStateless", "_Arg", "If", "While", "Assign", "AssignAdd",
+    "AssignSub", "AssignMovingAverage", "ScatterAdd", "ScatterSub", "ScatterMul",
+    "ScatterDiv", "ScatterMin", "ScatterMax", "ScatterUpdate"})
+# Ops whose kernels may return their input, or a numpy view of it.
+_VIEWS = frozenset({
+    "Identity", "IdentityN", "StopGradient", "Reshape", "ReshapeLike", "Squeeze",
+    "ExpandDims", "ExpandDimsLast", "StridedSlice", "Slice", "Transpose", "Unpack", "Split",
+    "SplitV", "BroadcastTo", "CheckNumerics", "Print", "PrintV2", "ReverseV2", "Cast"})
+
+
+def _may_alias(t: Tensor, fed_ids: set[int], memo: dict[int, bool]) -> bool:
+    """Whether the value of ``t`` in a run may share memory with something that outlives
+    the run (see ``_HELD_SOURCES``): such a fetch is returned as a copy, as TF1's
+    ``Session.run`` returns arrays of the caller's own (writing into one changes no
+    variable, constant or feed)."""
+    key = id(t)
+    found = memo.get(key)
+    if found is None:
+        op = t.op
+        found = key in fed_ids or op.type in _HELD_SOURCES or op.type.startswith(
+            ("Apply", "SparseApply")) or (op.type in _VIEWS and any(
+                _may_alias(i, fed_ids, memo) for i in op.inputs))
+        memo[key] = found
+    return found
 
 
 def _fresh_only(ordered: list[Operation], elements: list[Tensor | Operation],

@@ -279,8 +279,8 @@ class Session:
                 fetches.graph is self.graph and not self._closed):
             # One variable's value (a hook's global step): what the plan would return.
             value = self._vars.get(fetches.op.name)
-            if value is not None:
-                return value[()] if value.ndim == 0 else value
+            if value is not None:  # a copy, as TF1 (writing into it changes no variable)
+                return value[()] if value.ndim == 0 else np.array(value)
         if self._closed:
             raise CkptsyncRuntimeError("Attempted to use a closed Session.")
         mapper = self._mapper_for(fetches)
@@ -403,7 +403,11 @@ class Session:
             else:
                 with self._lock:
                     self._vars.update(ctx.writes)
-        return [None if s is None else values[s] for s in plan.fetch_slots]
+        out = [None if s is None else values[s] for s in plan.fetch_slots]
+        for k in plan.copied_fetches:  # the caller's own arrays, as TF1's
+            if type(out[k]) is np.ndarray:
+                out[k] = np.array(out[k])
+        return out
 
     def _mapper_for(self, fetches: Any) -> FetchMapper:
         """The fetch mapper, reused when the same object with the same leaves comes back

@@ -51,7 +51,7 @@ from .. import checkpoint as ckpt
 from .. import errors
 from ..checkpoint.management import remove_evicted
 from ..checkpoint.writer import first_nonfinite
-from ..errors import CkptsyncValueError
+from ..errors import CkptsyncTypeError, CkptsyncValueError
 from ..workers import StateUpdate
 from ..workers.incremental_jobs import IncrementalJob
 
@@ -143,12 +143,17 @@ class IncrementalSaves:
             every checkpoint full, each naming its parent).
 
     Raises:
-        CkptsyncValueError: ``full_checkpoint_every_n`` is not an int >= 1.
+        CkptsyncTypeError: ``full_checkpoint_every_n`` is not an int (a bool, a str, a
+            float).
+        CkptsyncValueError: ``full_checkpoint_every_n`` is < 1.
     """
 
     def __init__(self, full_checkpoint_every_n: int = 16):
         if isinstance(full_checkpoint_every_n, bool) or not isinstance(
-                full_checkpoint_every_n, (int, np.integer)) or full_checkpoint_every_n < 1:
+                full_checkpoint_every_n, (int, np.integer)):
+            raise CkptsyncTypeError(
+                f"full_checkpoint_every_n must be an int >= 1; got {full_checkpoint_every_n!r}.")
+        if full_checkpoint_every_n < 1:
             raise CkptsyncValueError(
                 f"full_checkpoint_every_n must be an int >= 1; got {full_checkpoint_every_n!r}.")
         self.full_every_n = int(full_checkpoint_every_n)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 
-from .. import checkpoint as ckpt
 from ..errors import CkptsyncValueError
 
 __all__ = ["prepare_save_path"]
@@ -13,14 +12,14 @@ __all__ = ["prepare_save_path"]
 def prepare_save_path(save_path: str, step: int | None, pad: bool,
                       latest_filename: str) -> tuple[str, str]:
     """``(prefix, directory)`` of a save: ``save_path-<step>`` (``-%08d`` when ``pad``) or
-    ``save_path`` itself without a step. A missing directory is created, as TF1's Saver
-    does (its file system layer makes the directories of a file it writes).
+    ``save_path`` itself without a step. The directory must exist, as TF1's Saver (and
+    ``tf.compat.v1``'s in TF 2.x) requires; ``CheckpointSaverHook``,
+    ``MonitoredTrainingSession`` and the Estimator make theirs.
 
     Raises:
         ValueError: ``latest_filename`` has a directory part or collides with the prefix;
-            the parent path exists and is not a directory.
-        PermissionDeniedError, ResourceExhaustedError, UnknownError: the directory could
-            not be created (names it).
+            the parent directory does not exist ("Parent directory of P doesn't exist,
+            can't save.", TF1's message) or is not a directory.
     """
     if os.path.split(latest_filename)[0]:
         raise CkptsyncValueError("'latest_filename' must not contain path components")
@@ -33,12 +32,9 @@ def prepare_save_path(save_path: str, step: int | None, pad: bool,
                 f"'latest_filename' collides with 'save_path': '{latest_filename}' and "
                 f"'{save_path}'")
     save_dir = os.path.dirname(prefix) or "."
-    if not os.path.isdir(save_dir):
-        try:
-            os.makedirs(save_dir, exist_ok=True)
-        except (FileExistsError, NotADirectoryError):
+    if not os.path.isdir(save_dir):  # as TF1's Saver.save (which names the path as given)
+        if os.path.lexists(save_dir):
             raise CkptsyncValueError(
-                f"Parent directory of {save_path} is not a directory, can't save.") from None
-        except OSError as e:
-            raise ckpt.op_error_from_os_error(e, save_dir, "create the directory") from None
+                f"Parent directory of {save_path} is not a directory, can't save.")
+        raise CkptsyncValueError(f"Parent directory of {save_path} doesn't exist, can't save.")
     return prefix, save_dir

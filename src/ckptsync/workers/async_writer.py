@@ -14,10 +14,10 @@
 The copy is the only time the trainer is blocked; hashing, HDF5 encoding, ``write`` and
 ``fsync`` run in the other process, so they never hold the trainer's interpreter lock.
 The shared memory is an anonymous ``memfd`` (an unlinked temp file where memfd is
-missing), sent to the worker over a Unix socket; it is reused from save to save (it
-holds one copy of the variables) and vanishes with the last process that maps it, so a
-SIGKILL leaks nothing. The worker exits when its socket closes (the owner closed, or
-died); it ignores SIGINT so that Ctrl-C in a terminal does not cut a save short.
+missing) sent over a Unix socket, reused from save to save (one copy of the variables);
+it vanishes with the last process that maps it, so a SIGKILL leaks nothing; one that
+cannot grow is the submit's ResourceExhaustedError. The worker exits when its socket
+closes (the owner closed, or died); it ignores SIGINT (Ctrl-C does not cut a save short).
 
 The state file is rewritten by the worker only after the data file is durable, so it
 never names a checkpoint that was not fully written; a worker that dies after publishing
@@ -50,6 +50,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .. import errors
+from ..checkpoint import op_error_from_os_error
 from ..checkpoint.management import remove_evicted
 from ..checkpoint.writer import check_global_step, metadata_json, prepare_arrays
 from ..errors import CkptsyncRuntimeError, CkptsyncValueError, UnknownError
@@ -77,14 +78,9 @@ _START_GRACE_S = 30.0  # a fresh worker's first answer also waits for its import
 
 @dataclass(frozen=True)
 class StateUpdate:
-    """The state file the worker writes once the data file is durable.
-
-    Attributes:
-        save_dir: the checkpoint directory (absolute).
-        model_checkpoint_path: the new checkpoint's prefix (absolute).
-        all_model_checkpoint_paths: retained prefixes, oldest first.
-        latest_filename: the state file's name, e.g. ``"checkpoint"``.
-    """
+    """The state file (``latest_filename``) the worker writes once the data file is
+    durable: in ``save_dir`` (absolute), naming ``model_checkpoint_path`` (the new
+    checkpoint's absolute prefix) and ``all_model_checkpoint_paths`` (oldest first)."""
 
     save_dir: str
     model_checkpoint_path: str
@@ -322,7 +318,11 @@ class AsyncCheckpointWriter:
         if index == len(self._slots):
             self._slots.append(_Slot())
         slot = self._slots[index]
-        slot.copy_in(layout, prepared, incremental)
+        try:
+            slot.copy_in(layout, prepared, incremental)
+        except OSError as e:  # its buffer: EFBIG (RLIMIT_FSIZE), ENOSPC, ENOMEM
+            slot.close()
+            raise op_error_from_os_error(e, prefix, "stage in memory") from None
         submitted = time.time()  # the worker's file says it was created after this
         job = {
             "prefix": prefix,
