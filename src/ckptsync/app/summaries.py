@@ -1,8 +1,9 @@
 """TensorBoard scalars of a ``trainer run --summary-dir`` (the chief's): the loss and
-steps per second every ``every_steps`` steps, held-out loss and accuracy when evaluated,
-and each checkpoint's write time (start of the save to data and state file on disk;
-with ``--async-save`` that includes the time queued). The model's own ``tf.summary``
-ops are written too, by a ``SummarySaverHook`` every ``every_steps`` steps. A failed
+steps per second at the run's first step, then every ``every_steps`` steps, held-out
+loss and accuracy when evaluated, and each checkpoint's write time (start of the save to
+data and state file on disk; with ``--async-save`` that includes the time queued). The
+model's own ``tf.summary`` ops are written too, by a ``SummarySaverHook`` at the same
+steps (its timer: the first step, then ``every_steps`` after the last). A failed
 summary write is a warning (once per cause), never the end of training; a deleted
 ``logdir`` is made again, with a new event file.
 
@@ -37,6 +38,7 @@ class TrainerSummaries(CheckpointSaverListener):
         self._writer = _summary.FileWriter(logdir, graph=graph)
         self._graph, self._every = graph, max(1, int(every_steps))
         self._save_started: dict[int, float] = {}
+        self._last: int | None = None  # the step of the last loss written
 
     def scalars(self, step: int, **values: float | None) -> None:
         """Writes ``tag=value`` scalars (None values skipped; ``__`` in a name is ``/``)."""
@@ -57,7 +59,12 @@ class TrainerSummaries(CheckpointSaverListener):
     def wrap(self, on_progress: Callable[[Progress], None] | None
              ) -> Callable[[Progress], None]:
         def report(p: Progress) -> None:
-            if p.step % self._every == 0 or p.step == p.last_step:
+            # At the steps the model's own summaries are written (SummarySaverHook's
+            # timer: the run's first step, then every_steps after the last), so that
+            # both line up in TensorBoard, as in TF1's Estimator; and the last step.
+            if self._last is None or p.step >= self._last + self._every or \
+                    p.step == p.last_step:
+                self._last = p.step
                 self.scalars(p.step, loss=p.loss, **{"global_step/sec": p.steps_per_s})
             if p.eval_loss is not None or p.eval_accuracy is not None or p.eval_metrics:
                 self.held_out(p.step, p.eval_loss, p.eval_accuracy, p.eval_metrics or {})

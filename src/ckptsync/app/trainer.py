@@ -149,10 +149,11 @@ def run_training(opts: TrainerOptions, on_progress: Callable[[Progress], None] |
         loop = LoopHook(opts, spec.loss, evaluate, saver_hook,
                         tb.wrap(on_progress) if tb else on_progress, stop_event)
         preflight = PreflightHook(spec, data.train, opts.data)
+        # The model's summaries before the loop's scalars: its SessionLog START comes
+        # first at a step (TensorBoard drops what a START's step had before it).
         hooks = [*par.hooks(), preflight, NanTensorHook(spec.loss),
-                 *par.chief_only([saver_hook]), loop, StopAtStepHook(last_step=opts.steps),
-                 *model_hooks,
-                 *(tb.hooks(scaffold) if tb else [])]
+                 *par.chief_only([saver_hook]), *(tb.hooks(scaffold) if tb else []), loop,
+                 StopAtStepHook(last_step=opts.steps), *model_hooks]
         creator = ChiefSessionCreator(
             scaffold=scaffold, checkpoint_dir=opts.checkpoint_dir if resume_path else None,
             checkpoint_filename_with_path=resume_path)
