@@ -39,7 +39,7 @@ from ..train.session_run_hook import (
 from ..train.training_util import get_global_step
 from .options import CheckpointWritten, Progress, TrainerOptions
 
-__all__ = ["EVAL_BATCH", "Evaluation", "FiniteSaver", "LoopHook", "PreflightHook",
+__all__ = ["EVAL_BATCH", "Evaluation", "FiniteSaver", "LoopHook", "PreflightHook", "StepPace",
            "binary_output", "classes_output", "describe_checkpoint", "is_classifier",
            "make_evaluator", "nan_refusal"]
 
@@ -125,7 +125,8 @@ class LoopHook(SessionRunHook):
         self.evaluated_at_end = False
         self._step: int | None = None  # the global step after the last run
         self._eval_step: int | None = None  # the global step of the last evaluation
-        self._t0 = time.perf_counter()
+        self._pace = StepPace(opts.max_steps_per_s, time.perf_counter()) \
+            if opts.max_steps_per_s else None
         self._window: list[float] = []
         self._reported: str | None = None  # the last checkpoint a Progress described
 
@@ -165,8 +166,8 @@ class LoopHook(SessionRunHook):
                 step, self._opts.steps, self.loss, sps, hook.last_saved_path,
                 None if ev is None else ev.accuracy, None if ev is None else ev.loss,
                 tuple(hook.queued_paths), None if ev is None else dict(ev.metrics), written))
-        if self._opts.max_steps_per_s:
-            wait = self._t0 + self.steps_run / self._opts.max_steps_per_s - time.perf_counter()
+        if self._pace is not None:
+            wait = self._pace.wait_s(time.perf_counter())
             if wait > 0:
                 self._stop.wait(wait)
         if self._stop.is_set():
@@ -199,6 +200,25 @@ def describe_checkpoint(path: str) -> CheckpointWritten:
     except Exception:  # noqa: BLE001 - gone or unreadable: reported as a plain full one
         parent = None
     return CheckpointWritten(path, "full", nbytes, parent)
+
+
+class StepPace:
+    """``--max-steps-per-s``: how long to wait after each step so that steps start at most
+    ``steps_per_s`` a second. A stall (a busy machine, a stopped process, a long save) is
+    not made up by running faster afterwards: the pace starts again from the step that
+    was late. Not thread-safe (the loop's thread)."""
+
+    def __init__(self, steps_per_s: float, now_s: float):
+        self.steps_per_s, self._t0, self._steps = float(steps_per_s), now_s, 0
+
+    def wait_s(self, now_s: float) -> float:
+        """Seconds to wait after a step that ended at ``now_s`` (0: none)."""
+        self._steps += 1
+        due = self._t0 + self._steps / self.steps_per_s
+        if due <= now_s:  # late: no debt to pay back in a burst
+            self._t0, self._steps = now_s, 0
+            return 0.0
+        return due - now_s
 
 
 class PreflightHook(SessionRunHook):
