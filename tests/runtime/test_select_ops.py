@@ -389,3 +389,20 @@ def test_empty_inputs():
                 outs[4].op.inputs[1]: np.zeros(0, bool)}
         got = cs.Session().run(outs + gs, feed)
     assert [g.shape for g in got] == [(0, 2), (0, 2), (2, 2), (0, 2), (0, 2), (0,), (0, 2)]
+
+
+@pytest.mark.parametrize("ids,says", [
+    ([[0, 9]], "indices[0,1] = 9 is not in [0, 5)"),  # TF 2.21's tf.compat.v1, word for word
+    ([3, 7], "indices[1] = 7 is not in [0, 5)"),
+    (9, "indices = 9 is not in [0, 5)"),
+])
+def test_an_index_out_of_range_is_named_in_the_indices_shape_as_tf(ids, says):
+    g = cs.Graph()
+    with g.as_default():
+        t = cs.Variable(np.zeros((5, 2), np.float32))
+        lookup = cs.nn.embedding_lookup(t, cs.constant(ids))
+    with cs.Session(graph=g) as sess:
+        sess.run(t.initializer)
+        with pytest.raises(InvalidArgumentError) as e:
+            sess.run(lookup)
+    assert says in str(e.value)

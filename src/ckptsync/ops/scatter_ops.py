@@ -46,7 +46,10 @@ def check_indices(op: Operation | None, indices: np.ndarray, n: int) -> np.ndarr
     if idx.size and (idx.min() < 0 or idx.max() >= n):
         flat = idx.reshape(-1)
         k = int(np.flatnonzero((flat < 0) | (flat >= n))[0])
-        msg = f"indices[{k}] = {int(flat[k])} is not in [0, {n})"
+        # TF's SliceDebugString: the index in the indices' shape ("[0,1]"; none for a 0-d)
+        at = "" if idx.ndim == 0 else "[" + ",".join(
+            str(int(i)) for i in np.unravel_index(k, idx.shape)) + "]"
+        msg = f"indices{at} = {int(flat[k])} is not in [0, {n})"
         if op is None:
             raise IndexError(msg)
         raise InvalidArgumentError(None, op, f"{op.type} op '{op.name}': {msg}")
