@@ -15,7 +15,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from ckptsync import errors
-from ckptsync.serving import ModelManager
+from ckptsync.serving import ModelManager, Signature, TensorSpec
 from ckptsync.serving._responses import map_error
 from ckptsync.serving.batching import (
     BatchingOptions,
@@ -318,3 +318,80 @@ def test_a_forward_that_raises_system_exit_fails_its_request_and_nothing_else(
         proc.terminate()
         assert proc.wait(timeout=30) == 0
         proc.stderr.close()
+
+
+class RowsServable(MLPServable):
+    """x float32 [batch, any] -> y: ``x[x.sum(1) > 0]`` (``mask=True``: not one output row
+    per input row, as a boolean_mask) or ``2 * x``; records the rows of each forward."""
+
+    def __init__(self, mask: bool):
+        super().__init__()
+        f32 = np.dtype("float32")
+        self._signature = Signature({"x": TensorSpec("x", f32, (None, None))},
+                                    {"y": TensorSpec("y", f32, (None, None))})
+        self.mask, self.rows = mask, []
+
+    def run(self, params, inputs):
+        x = inputs["x"]
+        self.rows.append(x.shape[0])
+        return {"y": x[x.sum(axis=1) > 0] if self.mask else 2 * x}
+
+
+def _rows_manager(tmp_path, mask):
+    publish(tmp_path, 3)  # (the MLP's variables: this model reads none of them)
+    m = ModelManager(RowsServable(mask), tmp_path)
+    m.start()
+    wait_until(lambda: m.version == 3)
+    return m
+
+
+def _run_inputs(scheduler, inputs):
+    async def main():
+        return await asyncio.gather(*(scheduler.run("serving_default", None, {"x": x})
+                                      for x in inputs), return_exceptions=True)
+    return asyncio.run(main())
+
+
+def test_outputs_without_a_row_per_input_row_are_never_split_across_requests(
+        tmp_path, caplog):
+    """A boolean_mask output cannot be split back by rows: each request gets the answer of
+    its own rows (run alone on the batch's snapshot), never another request's rows or
+    the padding's, and the signature runs unbatched from then on."""
+    m = _rows_manager(tmp_path, mask=True)
+    scheduler = BatchScheduler(m, BatchingOptions(
+        max_batch_size=8, batch_timeout_micros=10_000_000, num_batch_threads=1,
+        allowed_batch_sizes=(8,)))
+    a = -np.ones((2, 4), np.float32)  # every row masked out: []
+    b = np.array([[7] * 4, [8] * 4, [-9] * 4], np.float32)
+    c = np.array([[1] * 4, [2] * 4, [3] * 4], np.float32)  # 8 rows in all: one batch
+    try:
+        got = _run_inputs(scheduler, [a, b, c])
+        later = _run_inputs(scheduler, [b, c])
+    finally:
+        scheduler.close()
+        m.close()
+    for (outputs, version), x in zip(got + later, [a, b, c, b, c]):
+        assert version == 3
+        np.testing.assert_array_equal(outputs["y"], x[x.sum(axis=1) > 0])
+    assert "output 'y' has" in caplog.text and "run unbatched from now on" in caplog.text
+    assert m.servable.rows[:4] == [8, 2, 3, 3]  # the batch, then each request alone
+    assert m.servable.rows[4:] == [3, 3]  # unbatched since
+
+
+def test_requests_whose_rows_differ_past_dim_0_are_batched_apart(tmp_path):
+    """[2, 3] and [2, 5] inputs cannot be stacked: each joins a batch of its own shape (it
+    was one batch whose concatenate failed every request with a 500)."""
+    m = _rows_manager(tmp_path, mask=False)
+    scheduler = BatchScheduler(m, BatchingOptions(
+        max_batch_size=8, batch_timeout_micros=200_000, num_batch_threads=1))
+    xs = [rows(2, 1)[:, :3], rows(2, 2)[:, :3].copy(), np.ones((2, 5), np.float32),
+          np.full((1, 5), 3.0, np.float32)]
+    try:
+        got = _run_inputs(scheduler, xs)
+    finally:
+        scheduler.close()
+        m.close()
+    for result, x in zip(got, xs):
+        assert not isinstance(result, Exception), result
+        np.testing.assert_array_equal(result[0]["y"], 2 * x)
+    assert sorted(m.servable.rows) == [3, 4]  # one batch per row shape

@@ -174,9 +174,44 @@ def test_errors_carry_tf_servings_status_codes(start):
     broken = predict_request()
     broken.inputs["x"].tensor_content = b"\0" * 7
     cases.append((broken, grpc.StatusCode.INVALID_ARGUMENT, "tensor_content holds 7 bytes"))
+    duplicate = predict_request()
+    duplicate.output_filter.extend(["logits", "logits"])
+    cases.append((duplicate, grpc.StatusCode.INVALID_ARGUMENT,
+                  "duplicate output tensor alias: logits"))  # TF Serving's words
+    for bad in (np.nan, np.inf):  # float32 as float_val and as tensor_content
+        x = X.copy()
+        x[1, 2] = bad
+        cases.append((predict_request(x), grpc.StatusCode.INVALID_ARGUMENT,
+                      "input 'x' contains NaN or Infinity"))
+        as_values = predict_request(x)
+        as_values.inputs["x"].ClearField("tensor_content")
+        as_values.inputs["x"].ClearField("float_val")
+        as_values.inputs["x"].tensor_content = x.tobytes()
+        cases.append((as_values, grpc.StatusCode.INVALID_ARGUMENT, "contains NaN or Infinity"))
+    amplified = predict_request()  # a few bytes for 100 rows: refused by rows, undecoded
+    amplified.inputs["x"].Clear()
+    amplified.inputs["x"].dtype = pb.DATA_TYPES["DT_DOUBLE"]
+    amplified.inputs["x"].tensor_shape.dim.add(size=100)
+    amplified.inputs["x"].tensor_shape.dim.add(size=4)
+    amplified.inputs["x"].double_val.append(1.0)
+    cases.append((amplified, grpc.StatusCode.INVALID_ARGUMENT,
+                  "input 'x' has a batch of 100 rows, more than the server's max_batch_size"))
+    odd_complex = predict_request()
+    odd_complex.inputs["x"].Clear()
+    odd_complex.inputs["x"].dtype = pb.DATA_TYPES["DT_COMPLEX64"]
+    odd_complex.inputs["x"].tensor_shape.dim.add(size=1)
+    odd_complex.inputs["x"].scomplex_val.extend([1.0, 2.0, 3.0])
+    cases.append((odd_complex, grpc.StatusCode.INVALID_ARGUMENT, "must be even"))
     for request, want_code, want_text in cases:
         code, message = code_of(lambda request=request: server.predict(request))
         assert code == want_code and want_text in message, (want_code, code, message)
+    # Bytes that are no PredictRequest: INVALID_ARGUMENT naming the message, not UNKNOWN.
+    raw = server.channel.unary_unary("/tensorflow.serving.PredictionService/Predict",
+                                     request_serializer=lambda b: b,
+                                     response_deserializer=pb.PredictResponse.FromString)
+    code, message = code_of(lambda: raw(b"\xff\xff\xff", timeout=30))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT, (code, message)
+    assert "not a valid tensorflow.serving.PredictRequest message" in message
     # The server still answers after every refusal.
     assert server.predict(predict_request()).model_spec.version.value == 3
 

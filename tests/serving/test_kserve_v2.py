@@ -133,6 +133,11 @@ def test_bad_requests_are_4xx_naming_what_is_wrong(server):
         (json.dumps(ok).encode() + b"extra", {"Inference-Header-Content-Length": str(
             len(json.dumps(ok)))}, 400, "5 bytes of binary tensor data"),
     ]
+    for bad in (np.nan, np.inf):  # binary FP32 arrives in the model's dtype: still checked
+        head = json.dumps(tensor(data=None, parameters={"binary_data_size": 16})).encode()
+        data = np.array([1, 2, bad, 4], np.float32).tobytes()
+        cases.append((head + data, {"Inference-Header-Content-Length": str(len(head))}, 400,
+                      "contains NaN or Infinity"))
     with httpx.Client(timeout=30) as c:
         for body, headers, status, text in cases:
             r = c.post(url, content=body, headers=headers)

@@ -1,7 +1,9 @@
 """Request batching: concurrent predicts of one model run as one forward pass, as TF
 Serving's ``--enable_batching`` (its ``BatchingParameters`` and their meaning).
 
-A request's inputs join the open batch of its (signature, requested version); a batch is
+A request's inputs join the open batch of its (signature, requested version, inputs'
+names, dtypes and shapes past dim 0: requests that cannot be stacked are never in one
+batch); a batch is
 run when it is full (``max_batch_size`` rows) or its oldest request has waited
 ``batch_timeout_micros`` (0: at once, so a batch holds the requests that reached the
 scheduler in the same event-loop iteration, and grows while every thread is busy). A
@@ -14,7 +16,10 @@ When ``max_enqueued_batches`` batches are waiting, a request that would open ano
 refused at once (:class:`~ckptsync.errors.ResourceExhaustedError`: HTTP 429, gRPC
 ``RESOURCE_EXHAUSTED``); one with more rows than ``max_batch_size`` is refused
 (``InvalidArgumentError``) as TF Serving does. A signature whose inputs or outputs are not
-all batch-major (dim 0 of any size) runs unbatched.
+all batch-major (dim 0 of any size) runs unbatched; so does one whose forward, run, gave
+an output without one row per input row (a ``boolean_mask``: its rows cannot be split
+back): that batch's requests are run one by one on its snapshot, and a warning says so
+(TF Serving fails such a batch).
 
 Thread-safety: :meth:`BatchScheduler.run` is awaited on the server's event loop only;
 big batches run on ``num_batch_threads`` threads.
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import os
 import time
 from collections.abc import Mapping
@@ -42,6 +48,8 @@ from .manager import ModelManager
 from .servable import DEFAULT_SIGNATURE
 
 __all__ = ["BatchQueueFullError", "BatchScheduler", "BatchingOptions", "run_unbatched"]
+
+logger = logging.getLogger("ckptsync.serving.batching")
 
 
 class BatchQueueFullError(errors.ResourceExhaustedError):  # type: ignore[misc,valid-type]
@@ -144,11 +152,17 @@ def run_unbatched(manager: ModelManager, signature_name: str, version: int | Non
         UnavailableError, NotFoundError: as ``manager.acquire``.
     """
     snap = manager.acquire(version)  # the one snapshot this request runs on
-    servable = manager.servable
+    return _forward(manager.servable, snap, signature_name, inputs), snap.version
+
+
+def _forward(servable: Any, snap: Any, signature_name: str,
+             inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``signature_name``'s outputs for ``inputs`` on snapshot ``snap``."""
     try:
         if signature_name == DEFAULT_SIGNATURE:
-            return servable.run(snap.params, inputs), snap.version
-        return servable.run_signature(signature_name, snap.params, inputs), snap.version
+            return servable.run(snap.params, inputs)  # type: ignore[no-any-return]
+        return servable.run_signature(  # type: ignore[no-any-return]
+            signature_name, snap.params, inputs)
     except Exception:
         raise
     except BaseException as e:  # SystemExit from a model's py_func: its request fails alone
@@ -166,7 +180,7 @@ class _Task:
 
 @dataclass
 class _Batch:
-    key: tuple[str, int | None]
+    key: tuple[Any, ...]  # (signature name, version, the inputs' names, dtypes, row shapes)
     tasks: list[_Task] = field(default_factory=list)
     rows: int = 0
     nbytes: int = 0
@@ -208,7 +222,7 @@ class BatchScheduler:
                      0.1, 0.25, 1.0), registry=registry)
         self._pool = ThreadPoolExecutor(options.num_batch_threads,
                                         thread_name_prefix="ckptsync-batch")
-        self._open: dict[tuple[str, int | None], _Batch] = {}
+        self._open: dict[tuple[Any, ...], _Batch] = {}
         self._ready: list[_Batch] = []
         self._busy = 0
         self._timer: asyncio.TimerHandle | None = None
@@ -236,7 +250,8 @@ class BatchScheduler:
             raise errors.InvalidArgumentError(
                 None, None, f"Task size {rows} is larger than maximum input batch size "
                 f"{limit} (--enable-batching's max_batch_size); split the request")
-        key = (signature_name, version)
+        key = (signature_name, version,
+               tuple((k, a.dtype.str, a.shape[1:]) for k, a in inputs.items()))
         batch = self._open.get(key)
         if batch is None or batch.rows + rows > limit:
             # Batches waiting (a running one is no longer queued, as TF Serving counts).
@@ -351,8 +366,9 @@ class BatchScheduler:
                 task.future.set_result(results[i])
 
     def _run_batch(self, batch: _Batch) -> list[tuple[dict[str, np.ndarray], int]]:
-        """On a batch thread: one snapshot, one forward, outputs split per task."""
-        name, version = batch.key
+        """On a batch thread: one snapshot, one forward, outputs split per task (or, when
+        an output has not one row per input row, a forward per task on that snapshot)."""
+        name, version = batch.key[:2]
         tasks = batch.tasks
         keys = list(tasks[0].inputs)
         merged = {k: np.concatenate([t.inputs[k] for t in tasks]) if len(tasks) > 1
@@ -362,7 +378,20 @@ class BatchScheduler:
         if size > batch.rows:  # pad with the last row, repeated
             merged = {k: np.concatenate([v, np.repeat(v[-1:], size - batch.rows, axis=0)])
                       for k, v in merged.items()}
-        outputs, served = run_unbatched(self.manager, name, version, merged)
+        snap = self.manager.acquire(version)  # the one snapshot the batch runs on
+        servable, served = self.manager.servable, snap.version
+        outputs = _forward(servable, snap, name, merged)
+        bad = next((k for k, v in outputs.items() if np.ndim(v) == 0 or len(v) != size), None)
+        if bad is not None:
+            if self._batchable.get(name):
+                self._batchable[name] = False
+                logger.warning(
+                    "signature %r: output %r has %s rows for a batch of %d input rows, not "
+                    "one per input row; its requests run unbatched from now on", name, bad,
+                    "no" if np.ndim(outputs[bad]) == 0 else len(outputs[bad]), size)
+            if len(tasks) == 1 and size == batch.rows:
+                return [(outputs, served)]
+            return [(_forward(servable, snap, name, t.inputs), served) for t in tasks]
         results, start = [], 0
         for t in tasks:
             results.append(({k: v[start:start + t.rows] for k, v in outputs.items()}, served))

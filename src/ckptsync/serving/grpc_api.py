@@ -34,10 +34,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Callable
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry, Counter
 
@@ -69,9 +71,20 @@ def tf_serving_handlers(predict: Callable[..., Any], get_model_metadata: Callabl
     ``ModelService`` (``GetModelStatus`` and, when given, ``HandleReloadConfigRequest``)
     calling these coroutine functions ``(request, context) -> response``."""
     def unary(fn: Callable[..., Any], request: Any, response: Any) -> Any:
+        def parse(data: bytes) -> Any:
+            try:
+                return request.FromString(data)
+            except DecodeError as e:  # answered INVALID_ARGUMENT (grpcio: UNKNOWN, logged)
+                return _Unparsable(f"the request is not a valid "
+                                   f"{request.DESCRIPTOR.full_name} message: {e}")
+
+        async def call(message: Any, context: Any) -> Any:
+            if type(message) is _Unparsable:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message.reason)
+            return await fn(message, context)
+
         return grpc.unary_unary_rpc_method_handler(
-            fn, request_deserializer=request.FromString,
-            response_serializer=response.SerializeToString)
+            call, request_deserializer=parse, response_serializer=response.SerializeToString)
 
     model_service = {"GetModelStatus": unary(get_model_status, pb.GetModelStatusRequest,
                                              pb.GetModelStatusResponse)}
@@ -86,6 +99,13 @@ def tf_serving_handlers(predict: Callable[..., Any], get_model_metadata: Callabl
         }),
         grpc.method_handlers_generic_handler("tensorflow.serving.ModelService", model_service),
     ]
+
+
+class _Unparsable:
+    """A request whose bytes are not its protobuf message (why, in ``reason``)."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
 
 
 class _Abort(Exception):
@@ -209,16 +229,26 @@ class TfServingGrpc:
             raise _Abort(grpc.StatusCode.INVALID_ARGUMENT,
                          f"output tensor alias not found in signature: {unknown[0]} Outputs "
                          f"expected to be in the set {{{','.join(signature.outputs)}}}.")
-        cap = self.options.max_request_bytes
+        seen: set[str] = set()
+        for k in wanted:
+            if k in seen:
+                raise _Abort(grpc.StatusCode.INVALID_ARGUMENT,
+                             f"duplicate output tensor alias: {k}")  # TF Serving's words
+            seen.add(k)
+        limit, cap = self.options.max_batch_size, self.options.max_request_bytes
+        for key, proto in request.inputs.items():  # the batch limit before any decoding
+            spec = signature.inputs.get(key)
+            dims = [d.size for d in proto.tensor_shape.dim]
+            # (a shape past the byte cap is make_ndarray's RESOURCE_EXHAUSTED)
+            if spec is not None and spec.shape and spec.shape[0] is None and dims and \
+                    math.prod(dims) <= cap:
+                _check_rows(key, dims[0], limit)
         arrays = {k: make_ndarray(v, f"input '{k}'", cap) for k, v in request.inputs.items()}
         inputs = validate_inputs(signature, arrays)
-        limit = self.options.max_batch_size
         for key, arr in inputs.items():
             if arr.ndim and signature.inputs[key].shape and \
-                    signature.inputs[key].shape[0] is None and arr.shape[0] > limit:
-                raise _Abort(grpc.StatusCode.INVALID_ARGUMENT,
-                             f"input '{key}' has a batch of {arr.shape[0]} rows, more than "
-                             f"the server's max_batch_size of {limit}; split the request")
+                    signature.inputs[key].shape[0] is None:
+                _check_rows(key, arr.shape[0], limit)
         if self.batcher is not None:
             outputs, served = await self.batcher.run(name, version, inputs)
         elif sum(a.nbytes for a in inputs.values()) <= self.options.inline_max_body_bytes:
@@ -363,3 +393,11 @@ async def serve_grpc(handlers: list[grpc.GenericRpcHandler],
     await server.start()
     task = asyncio.create_task(track_health(health_servicer, statuses))
     return server, bound, task
+
+
+def _check_rows(key: str, rows: int, limit: int) -> None:
+    """INVALID_ARGUMENT for an input of more than ``limit`` rows (--max-batch-size)."""
+    if rows > limit:
+        raise _Abort(grpc.StatusCode.INVALID_ARGUMENT,
+                     f"input '{key}' has a batch of {rows} rows, more than the server's "
+                     f"max_batch_size of {limit}; split the request")

@@ -253,7 +253,13 @@ def _convert(key: str, spec: TensorSpec, value: Any) -> np.ndarray:
         raise InvalidArgumentError(
             None, None, f"input '{key}' is ragged (lists of unequal length): {e}"
         ) from None
-    if arr.dtype == spec.dtype:
+    if arr.dtype == spec.dtype:  # (gRPC's tensor_content, v2's binary tensors)
+        if arr.dtype.kind in "fc" and arr.size:
+            with np.errstate(over="ignore", invalid="ignore"):  # one pass; exact if inf
+                total = np.add.reduce(arr, axis=None)
+            if not np.isfinite(total) and not np.all(np.isfinite(arr)):
+                raise InvalidArgumentError(None, None, f"input '{key}' contains NaN or "
+                                           "Infinity; expected finite numbers")
         return np.ascontiguousarray(arr)
     kind, want = arr.dtype.kind, spec.dtype.kind
     if want == "f" and kind in "iuf" and arr.size:

@@ -117,6 +117,10 @@ def make_ndarray(proto: Any, name: str = "tensor", max_bytes: int | None = None)
     field = _TYPES[proto.dtype][1]
     values = getattr(proto, field)
     if dtype.kind == "c":  # pairs of (real, imaginary)
+        if len(values) % 2:
+            raise InvalidArgumentError(
+                None, None, f"{name}: {field} holds {len(values)} numbers; a "
+                f"{_NAMES[proto.dtype]} is a (real, imaginary) pair, so they must be even")
         flat = np.asarray(values, dtype.type(0).real.dtype).view(dtype)
     elif dtype.kind == "O":
         flat = np.empty(len(values), object)
