@@ -146,6 +146,12 @@ def test_bad_requests_are_4xx_naming_what_is_wrong(server):
         assert r.status_code == 404 and "unknown model: 'other'" in r.json()["error"]
         r = c.post(f"http://127.0.0.1:{port}/v2/models/mlp/versions/9/infer", json=ok)
         assert r.status_code == 404 and "version 9 is not being served" in r.json()["error"]
+        too_big = "9" * 25  # no version can be that (a global step is an int64)
+        r = c.get(f"http://127.0.0.1:{port}/v2/models/mlp/versions/{too_big}")
+        assert r.status_code == 404 and r.json()["error"].startswith(
+            f'version "{too_big}" not found: a version is a global step'), r.text
+        r = c.get(f"http://127.0.0.1:{port}/v2/models/mlp/versions/{too_big}/ready")
+        assert r.status_code == 400
         r = c.get(url)
         assert r.status_code == 405
         # Still answering.

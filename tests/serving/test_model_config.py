@@ -29,6 +29,7 @@ def config(*models: str) -> str:
 def files(tmp_path):
     (tmp_path / "a.py").write_text("def build_net(graph, device, mode): pass\n")
     (tmp_path / "b.py").write_text("def build_net(graph, device, mode): pass\n")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")  # a symlink loop
     return tmp_path
 
 
@@ -57,6 +58,9 @@ def test_a_tf_serving_config_with_model_file_parses_to_checked_entries(files, mo
     ("model_config_list { }", "model_config_list names no model"),
     (config('name: "a b" base_path: "x" model_file: "a.py"'), "name 'a b' must be"),
     (config('name: "" base_path: "x" model_file: "a.py"'), "name '' must be"),
+    (config('name: "c\\n" base_path: "x" model_file: "a.py"'), "name 'c\\n' must be"),
+    (config('name: "a" base_path: "loop" model_file: "a.py"'), "base_path loop exists and "
+     "is not a directory"),  # a symlink to itself: os.path.exists says False
     (config('name: "a" model_file: "a.py"'), 'model "a": base_path (its checkpoint directory) '
      "is missing"),
     (config('name: "a" base_path: "x"'), 'model "a": model_file is missing'),
@@ -86,6 +90,8 @@ def test_a_tf_serving_config_with_model_file_parses_to_checked_entries(files, mo
             "model_version_policy { specific { versions: -1 } }"), "must be >= 0"),
     (config('name: "a" base_path: "x" model_file: "a.py" '
             'version_labels { key: "a/b" value: 1 }'), "version label 'a/b' must be"),
+    (config('name: "a" base_path: "x" model_file: "a.py" '
+            'version_labels { key: "x\\n" value: 1 }'), "version label 'x\\n' must be"),
     (config('name: "a" base_path: "x" model_file: "a.py" '
             'version_labels { key: "stable" value: -3 }'), "names version -3"),
     ("custom_model_config { }", "custom_model_config is not supported"),

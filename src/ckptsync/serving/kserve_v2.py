@@ -40,7 +40,15 @@ from starlette.routing import Route
 
 from ckptsync.errors import InvalidArgumentError, OpError
 
-from ._responses import HttpError, decode_json, dumps, json_response, short
+from ._responses import (
+    HttpError,
+    decode_json,
+    dumps,
+    json_response,
+    parse_version,
+    short,
+    url_version,
+)
 from .servable import DEFAULT_SIGNATURE, Signature, cast_if_finite, validate_inputs
 
 __all__ = ["DATATYPES", "INFER_PATH", "OpenInferenceApi", "format_infer_response",
@@ -285,14 +293,17 @@ class OpenInferenceApi:
                                             outputs, wanted)
         return data, [(b"x-model-version", str(served).encode()), *extra]
 
-    def _model(self, request: Request) -> int | None:
-        """The URL's version (None: the served one), the model's name checked."""
+    def _model(self, request: Request, ready: bool = False) -> int | None:
+        """The URL's version (None: the served one), the model's name checked; one past
+        int64 is a 404 (``ready``: -1, a version never ready)."""
         name = request.path_params["name"]
         if name != self.api.model_name:
             raise HttpError(404, f"unknown model: '{name}' (this server serves "
                                  f"'{self.api.model_name}')")
         v = request.path_params.get("version")
-        return None if v is None else int(v) if len(v) <= 18 else -1
+        if v is None:
+            return None
+        return (-1 if parse_version(v) is None else int(v)) if ready else url_version(v)
 
     async def server_metadata(self, request: Request) -> Response:
         return json_response(server_metadata())
@@ -304,7 +315,7 @@ class OpenInferenceApi:
         return Response(status_code=200 if self.api.manager.version is not None else 400)
 
     async def model_ready(self, request: Request) -> Response:
-        version = self._model(request)
+        version = self._model(request, ready=True)
         served = self.api.manager.version
         ok = served is not None and (version is None or version == served)
         return Response(status_code=200 if ok else 400)

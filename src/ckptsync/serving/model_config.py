@@ -50,8 +50,8 @@ __all__ = ["ModelConfigEntry", "parse_model_server_config", "read_model_config_f
            "entries_from_proto"]
 
 # A name goes into URL paths (/v1/models/{name}:predict) and Prometheus labels.
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
-_LABEL = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")  # fullmatch: no "\n" after
+_LABEL = re.compile(r"[A-Za-z0-9_\-]{1,64}")
 
 
 @dataclass(frozen=True)
@@ -152,7 +152,7 @@ def entries_from_proto(config: Any, source: str) -> list[ModelConfigEntry]:
 
 def _entry(model: Any, where: str, bad: Any) -> ModelConfigEntry:
     name = model.name
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise bad(f"{where}: name {name!r} must be 1-128 of letters, digits, '_', '.', '-' "
                   "(starting with a letter or digit)")
     where = f'model "{name}"'
@@ -168,7 +168,7 @@ def _entry(model: Any, where: str, bad: Any) -> ModelConfigEntry:
     if not model.base_path:
         raise bad(f"{where}: base_path (its checkpoint directory) is missing")
     base_path = os.path.abspath(model.base_path)
-    if os.path.exists(base_path) and not os.path.isdir(base_path):
+    if os.path.lexists(base_path) and not os.path.isdir(base_path):  # (a symlink loop too)
         raise bad(f"{where}: base_path {model.base_path} exists and is not a directory")
     if not model.model_file:
         raise bad(f"{where}: model_file is missing (ckptsync's field of ModelConfig: the "
@@ -212,7 +212,7 @@ def _versions(policy: Any, where: str, bad: Any) -> tuple[int, ...]:
 def _labels(labels: Any, where: str, bad: Any) -> dict[str, int]:
     out: dict[str, int] = {}
     for label, version in sorted(labels.items()):
-        if not _LABEL.match(label):
+        if not _LABEL.fullmatch(label):
             raise bad(f"{where}: version label {label!r} must be 1-64 of letters, digits, "
                       "'_', '-'")
         if version < 0:
