@@ -436,3 +436,47 @@ def test_a_specific_version_whose_file_retention_deleted_is_named_as_the_configs
         "file"), message
     assert "name a version that is on disk in the model config" in message
     assert "unpin" not in message
+
+
+def test_a_model_file_stuck_in_its_import_is_reported_and_other_reloads_are_refused(
+        tmp_path, caplog):
+    """A model file whose import does not return holds the reload that builds it: that is
+    logged (build_warn_s), and another reload waiting longer than its ``wait_s`` (gRPC's
+    HandleReloadConfigRequest) is UNAVAILABLE naming the model being built, instead of
+    waiting for ever; once the import returns, reloads go on."""
+    from .conftest import MODEL_SOURCE
+
+    flag = tmp_path / "go"
+    (tmp_path / "stuck.py").write_text(
+        "import pathlib, time\n"
+        f"for _ in range(600):\n    if pathlib.Path({str(flag)!r}).exists():\n"
+        "        break\n    time.sleep(0.05)\n" + MODEL_SOURCE)
+    (tmp_path / "a.py").write_text(MODEL_SOURCE)
+    server = ModelServer(ServerOptions(grpc=False, build_warn_s=0.2))
+    stuck = ModelConfigEntry("s", str(tmp_path / "ckpts-s"), str(tmp_path / "stuck.py"))
+    done = threading.Event()
+    result: list = []
+
+    def first() -> None:
+        try:
+            result.append(server.reload([stuck]))
+        except BaseException as e:  # noqa: BLE001 - the test reads it
+            result.append(e)
+        done.set()
+
+    t = threading.Thread(target=first, daemon=True)
+    t.start()
+    try:
+        wait_until(lambda: server.building is not None, timeout_s=30)
+        wait_until(lambda: "still importing or building" in caplog.text, timeout_s=30)
+        with pytest.raises(errors.UnavailableError,
+                           match='building model "s" from .*stuck.py .*has not returned'):
+            server.reload([entry(tmp_path, "a")], wait_s=0.2)
+        flag.touch()
+        assert done.wait(60) and not isinstance(result[0], BaseException), result
+        server.reload([entry(tmp_path, "a")], wait_s=30)
+        assert set(server.models) == {"a"}
+    finally:
+        flag.touch()
+        t.join(60)
+        server.close()

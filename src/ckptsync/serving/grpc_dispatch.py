@@ -31,7 +31,10 @@ from .grpc_api import tf_serving_handlers
 from .model_config import entries_from_proto
 from .model_server import ModelBuildError, ModelServer, ServedModel
 
-__all__ = ["ModelServerGrpc"]
+__all__ = ["RELOAD_WAIT_S", "ModelServerGrpc"]
+
+#: How long HandleReloadConfigRequest waits for a reload in progress before UNAVAILABLE.
+RELOAD_WAIT_S = 10.0
 
 
 class ModelServerGrpc:
@@ -111,7 +114,7 @@ class ModelServerGrpc:
         except errors.InvalidArgumentError as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, e.message)
         try:
-            warnings = await _in_daemon_thread(self.server.reload, entries)
+            warnings = await _in_daemon_thread(self.server.reload, entries, RELOAD_WAIT_S)
         except ModelBuildError as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         except errors.UnavailableError as e:

@@ -66,6 +66,8 @@ class ServerOptions:
             (None: none).
         replace_wait_s: how long a reload waits for a replaced model (a new
             ``base_path`` or ``model_file``) to serve before it gives up, seconds.
+        build_warn_s: a model file still importing or building after this many seconds
+            is logged as a warning (config reloads wait for it).
     """
 
     device: str = "cpu:0"
@@ -75,6 +77,7 @@ class ServerOptions:
     grpc: bool = True
     summary_dir: str | None = None
     replace_wait_s: float = 30.0
+    build_warn_s: float = 30.0
 
 
 class ModelBuildError(RuntimeError):
@@ -113,6 +116,8 @@ class ModelServer:
         #: Config applications by result (a file that does not parse is a failure).
         self.reloads = {"success": 0, "failure": 0}
         self.last_reload_error: str | None = None
+        # (name, model_file, monotonic start) of the model a reload is building, or None.
+        self.building: tuple[str, str, float] | None = None
 
     @property
     def models(self) -> Mapping[str, ServedModel]:
@@ -123,7 +128,8 @@ class ModelServer:
         """The model named ``name``, or None."""
         return self._models.get(name)
 
-    def reload(self, entries: list[ModelConfigEntry]) -> list[str]:
+    def reload(self, entries: list[ModelConfigEntry], wait_s: float | None = None
+               ) -> list[str]:
         """Serves exactly ``entries`` (TF Serving's ``ReloadConfig``), all or nothing.
 
         A model whose ``base_path`` or ``model_file`` changed is rebuilt and swapped in
@@ -139,10 +145,19 @@ class ModelServer:
                 raised, ``SystemExit`` included), or its manager cannot start (nothing
                 changed).
             UnavailableError: a replaced model's new version did not load in time
-                (nothing changed).
+                (nothing changed); or, with ``wait_s``, another reload still runs after
+                that many seconds (it names the model it is building, and since when).
             FailedPreconditionError: the server is closed or closing.
         """
-        with self._reload_lock:
+        if not self._reload_lock.acquire(timeout=-1 if wait_s is None else wait_s):
+            building = self.building
+            doing = "" if building is None else (
+                f': building model "{building[0]}" from {building[1]} for '
+                f"{time.monotonic() - building[2]:.0f} s (its import or build_net has not "
+                "returned)")
+            raise errors.UnavailableError(None, None, "another model config reload is in "
+                                          f"progress{doing}; try again when it ends")
+        try:
             self._check_open()
             try:
                 warnings = self._apply(entries)
@@ -153,6 +168,8 @@ class ModelServer:
                 self.reloads["success"] += 1
                 self.last_reload_error = None
             return warnings
+        finally:
+            self._reload_lock.release()
 
     def _check_open(self) -> None:
         if self._closing.is_set():
@@ -171,13 +188,22 @@ class ModelServer:
             for entry in entries:
                 old = current.get(entry.name)
                 self._check_open()  # a SIGTERM stops a long reload between models
-                with _building(entry):
-                    if old is None or not old.entry.same_graph(entry):
-                        built[entry.name] = ServedModel(entry, self.options, self._build,
-                                                        self._check_open).start()
-                    else:
-                        plans[entry.name] = old.build_slots(entry, self._build,
-                                                            self._check_open)
+                self.building = (entry.name, entry.model_file, time.monotonic())
+                slow = threading.Timer(self.options.build_warn_s, _warn_slow, (entry,
+                                       self.options.build_warn_s))
+                slow.daemon = True
+                slow.start()
+                try:
+                    with _building(entry):
+                        if old is None or not old.entry.same_graph(entry):
+                            built[entry.name] = ServedModel(entry, self.options, self._build,
+                                                            self._check_open).start()
+                        else:
+                            plans[entry.name] = old.build_slots(entry, self._build,
+                                                                self._check_open)
+                finally:
+                    slow.cancel()
+                    self.building = None
             for name, model in built.items():
                 if name in current:  # a replacement: only once it serves
                     self._wait_served(model)
@@ -304,6 +330,13 @@ class ModelServer:
             models, self._models = self._models, {}
         for model in models.values():
             model.close()
+
+
+def _warn_slow(entry: ModelConfigEntry, after_s: float) -> None:
+    logger.warning('model "%s": its model file %s is still importing or building after '
+                   "%.0f s (an import or build_net that does not return?); model config "
+                   "reloads wait for it (SIGTERM still stops the server)", entry.name,
+                   entry.model_file, after_s)
 
 
 @contextlib.contextmanager
