@@ -37,6 +37,7 @@ A file defining both ``build_net`` and ``model_fn`` is run through ``build_net``
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -58,6 +59,8 @@ from .model_spec import (
 )
 from .ops.array_ops import placeholder
 from .variable_scope import get_variable
+
+_log = logging.getLogger("ckptsync.model_fn_file")
 
 __all__ = ["MODEL_FN_SIGNATURE", "SERVING_FN_SIGNATURE", "DataSignature", "ModelFnNet",
            "model_fn_net"]
@@ -257,6 +260,14 @@ class ModelFnNet:
         if mode == ModeKeys.PREDICT and spec.export_outputs:  # every one is served by name
             extra["signature_outputs"] = {name: _export_output_tensors(out) for name, out
                                           in spec.export_outputs.items()}
+            for key, out in spec.export_outputs.items():
+                if not hasattr(out, "outputs"):  # a ClassificationOutput, RegressionOutput
+                    _log.warning(
+                        'model_fn in %s: export_outputs["%s"] is a %s, which TF exports '
+                        "only over one string input (serialized tf.Example; it leaves the "
+                        "signature out otherwise, and ckptsync has no strings): served here "
+                        "as a predict signature of its tensors, which TF Serving would not "
+                        "serve", self.path, key, type(out).__name__)
         try:
             return ModelSpec(inputs=inputs, outputs=outputs, labels=labels, loss=spec.loss,
                              train_op=spec.train_op if mode == ModeKeys.TRAIN else None,

@@ -186,3 +186,26 @@ def test_training_features_take_the_structure_the_receiver_serves(tmp_path, rece
         assert features == {"image": spec.inputs["x"]}
     served = net(tf.Graph(), "cpu:0", tf.ModeKeys.PREDICT)
     assert list(served.inputs) == ["input"]
+
+
+def test_a_classification_or_regression_output_is_served_with_a_warning(tmp_path, caplog):
+    """TF exports a ClassificationOutput/RegressionOutput signature only over one string
+    input (tf.Example) and leaves it out otherwise; here it is served as a predict
+    signature of its tensors, and the log says TF Serving would not serve it."""
+    (tmp_path / "m.py").write_text(textwrap.dedent("""
+        import ckptsync as tf
+
+        def model_fn(features, labels, mode):
+            probs = tf.nn.softmax(tf.layers.dense(features["x"], 3))
+            return tf.estimator.EstimatorSpec(mode, predictions=probs, export_outputs={
+                "classify": tf.estimator.export.ClassificationOutput(scores=probs),
+                "serving_default": tf.estimator.export.PredictOutput({"p": probs})})
+
+        serving_input_receiver_fn = tf.estimator.export.build_raw_serving_input_receiver_fn(
+            {"x": tf.placeholder(tf.float32, [None, 4], name="x")})
+    """))
+    spec = load_build_net(tmp_path / "m.py")(tf.Graph(), "cpu:0", tf.ModeKeys.PREDICT)
+    assert set(spec.extra["signature_outputs"]["classify"]) == {"scores"}
+    assert 'export_outputs["classify"] is a ClassificationOutput' in caplog.text
+    assert "TF Serving would not serve" in caplog.text
+    assert 'export_outputs["serving_default"]' not in caplog.text
