@@ -310,6 +310,12 @@ class PeakSampler(threading.Thread):
         while not self.halt.wait(self.interval_s):
             self.peak = max(self.peak, tree_pss_kib(self.pid))
 
+    def finish(self) -> int:
+        """Stops sampling; the peak, one last sample included."""
+        self.halt.set()
+        self.join(10)
+        return max(self.peak, tree_pss_kib(self.pid))
+
 
 def wait_version(probe: Probe, version: int, timeout_s: float = 30.0) -> float:
     deadline = time.monotonic() + timeout_s

@@ -68,7 +68,7 @@ MLP_MODEL = os.path.join(ROOT, "examples", "digits_mlp.py")
 sys.path.insert(0, HERE)
 
 from _cow_apply import apply_section  # noqa: E402
-from _serving_tools import Probe, request_bytes, tree_pss_kib  # noqa: E402
+from _serving_tools import PeakSampler, Probe, request_bytes, tree_pss_kib  # noqa: E402
 
 import ckptsync as cs  # noqa: E402
 from ckptsync.data import BatchIterator, load_dataset, load_digits  # noqa: E402
@@ -102,24 +102,6 @@ def reset_hwm(pid: int) -> None:
             f.write("5")
     except OSError:
         pass
-
-
-class PeakSampler(threading.Thread):
-    """The max of :func:`tree_pss_kib` of ``pid``, sampled every ``interval_s``."""
-
-    def __init__(self, pid: int, interval_s: float = 0.005):
-        super().__init__(daemon=True)
-        self.pid, self.interval_s, self.peak = pid, interval_s, 0
-        self.halt = threading.Event()
-
-    def run(self) -> None:
-        while not self.halt.wait(self.interval_s):
-            self.peak = max(self.peak, tree_pss_kib(self.pid))
-
-    def finish(self) -> int:
-        self.halt.set()
-        self.join(10)
-        return max(self.peak, tree_pss_kib(self.pid))
 
 
 @dataclass
@@ -285,7 +267,7 @@ def block(tr: Trainer, mode: str, server: Server | None, n: int, every: int,
     if server is not None:
         server.wait_version(tr.step)
         reset_hwm(server.proc.pid)
-        sampler = PeakSampler(server.proc.pid)
+        sampler = PeakSampler(server.proc.pid, interval_s=0.005)
         sampler.start()
     for _ in range(n):
         out.rows.append(tr.train(every))
